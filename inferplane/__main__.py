@@ -1,0 +1,3 @@
+from inferplane.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The `inferplane` command line: wiring only, each command in its own module."""
