@@ -21,34 +21,34 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 
+@app.callback()
+def _root() -> None:
+    """Plan, run, route and deploy fleets of LLMs served with vLLM."""
+
+
 @app.command()
 def version() -> None:
     """Print the inferplane version."""
     typer.echo(__version__)
 
 
+# Each module registers its commands on `app` when imported (one command per module).
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
 def _register_commands() -> None:
     # Imported here so each command module can import `app` without a cycle.
-    from inferplane.cli import estimate  # noqa: F401
+    import importlib
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(f"inferplane.cli.{module}")
 
 
 def main() -> None:
     """Entry point: run the app, turning user errors into a message and exit code 2."""
     _register_commands()
     try:
-        app(standalone_mode=False)
+        app()  # standalone: click prints usage errors itself and exits 2
     except InferplaneError as exc:
         err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False)
         sys.exit(USAGE_EXIT_CODE)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(USAGE_EXIT_CODE)
-        raise
