@@ -87,6 +87,8 @@ class ModelProfile:
     default_task: Task = "generate"
     # Exact bytes of all tensors in the checkpoint's safetensors files, when present.
     weight_bytes_on_disk: int | None = None
+    # The part of those bytes vLLM loads: without layers it skips (DeepSeek's MTP layer).
+    weight_bytes_loaded: int | None = None
     params_source: Literal["safetensors", "config"] = "config"
     warnings: tuple[str, ...] = field(default_factory=tuple)
 

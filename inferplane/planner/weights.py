@@ -140,6 +140,16 @@ def _replicated_linear_params(profile: ModelProfile, tp: int) -> int:
     return replicated
 
 
+def _expert_padding(profile: ModelProfile, fmt: WeightFormat, tp: int) -> float:
+    """vLLM's MXFP4 MoE kernels pad expert matrices: hidden to 256, intermediate to 128."""
+    if fmt.quantization is None or QUANT_FAMILY.get(fmt.quantization) != "mxfp4":
+        return 1.0
+    inter = profile.moe_intermediate_size // tp or 1
+    hidden = profile.hidden_size
+    padded = math.ceil(hidden / 256) * 256 * math.ceil(inter / 128) * 128
+    return padded / (hidden * inter)
+
+
 def _rope_cache_bytes(profile: ModelProfile, dtype_bytes: int) -> int:
     """RotaryEmbedding keeps a cos/sin table of max_position x rotary_dim in the model dtype."""
     rotary_dim = (profile.qk_rope_head_dim or 0) if profile.uses_mla else profile.head_dim
@@ -166,7 +176,7 @@ def weight_bytes(profile: ModelProfile, fmt: WeightFormat, tp: int) -> WeightBre
     per_gpu = (
         embedding_rank
         + linear_rank
-        + p.experts / tp * expert_rate
+        + p.experts / tp * expert_rate * _expert_padding(profile, fmt, tp)
         + p.other * dtype_bytes
         + _rope_cache_bytes(profile, dtype_bytes)
     )
@@ -176,10 +186,11 @@ def weight_bytes(profile: ModelProfile, fmt: WeightFormat, tp: int) -> WeightBre
         and profile.torch_dtype != "float32"
         and fmt.quantization == (profile.quantization.method if profile.quantization else None)
     )
-    if profile.weight_bytes_on_disk and profile.params_source == "safetensors" and same_format:
+    loaded = profile.weight_bytes_loaded or profile.weight_bytes_on_disk
+    if loaded and profile.params_source == "safetensors" and same_format:
         # Real file sizes beat our per-dtype arithmetic; keep the computed sharding ratio.
-        scale = profile.weight_bytes_on_disk / total
+        scale = loaded / total
         return WeightBreakdown(
-            profile.weight_bytes_on_disk, int(per_gpu * scale), "safetensors"
+            loaded, int(per_gpu * scale), "safetensors"
         )
     return WeightBreakdown(int(total), int(per_gpu), "config")

@@ -1,0 +1,1 @@
+"""Engine adapters: reading what serving engines (vLLM) print and report."""

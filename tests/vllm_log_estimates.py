@@ -1,0 +1,94 @@
+"""Run the estimator on a published vLLM startup (a `VllmLogCase`) and compare.
+
+Shared by tests/test_estimate_vs_vllm_logs.py and benchmarks/estimate_accuracy.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_log_cases import VllmLogCase
+
+from inferplane.gpus import lookup_gpu
+from inferplane.gpus.spec import GIB
+from inferplane.models import load_profile
+from inferplane.planner.defaults import default_batch_limits
+from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
+from inferplane.planner.memory import estimate_memory
+from inferplane.planner.vllm_versions import era_of
+
+# Logs that print no version (V0 "Memory profiling results" format) date to about this one.
+UNDATED_V0_VERSION = "0.6.4"
+
+
+@dataclass(frozen=True)
+class CaseComparison:
+    case: VllmLogCase
+    estimate: MemoryEstimate
+    logged_weights_gib: float | None
+    logged_kv_tokens: int | None
+    logged_kv_gib: float | None
+
+    @property
+    def weights_error(self) -> float | None:
+        if self.logged_weights_gib is None:
+            return None
+        return (self.estimate.weights_gib - self.logged_weights_gib) / self.logged_weights_gib
+
+    @property
+    def kv_tokens_error(self) -> float | None:
+        if not self.logged_kv_tokens:
+            return None
+        return (self.estimate.kv_cache_tokens - self.logged_kv_tokens) / self.logged_kv_tokens
+
+    @property
+    def kv_gib_error(self) -> float | None:
+        if not self.logged_kv_gib:
+            return None
+        return (self.estimate.kv_cache_gib - self.logged_kv_gib) / self.logged_kv_gib
+
+
+def _logged_tokens(case: VllmLogCase, block_size: int) -> int | None:
+    facts = case.facts
+    if facts.kv_cache_tokens:
+        return facts.kv_cache_tokens
+    if facts.num_gpu_blocks:
+        return facts.num_gpu_blocks * block_size
+    return None
+
+
+def estimate_case(case: VllmLogCase) -> CaseComparison:
+    s = case.settings
+    version = case.vllm_version or UNDATED_V0_VERSION
+    gpu = lookup_gpu(case.gpu.split("(")[0].strip())  # drop notes like "(GCE a2-highgpu-1g)"
+    total = int(case.gpu_total_gib * GIB) if case.gpu_total_gib else gpu.total_memory_bytes
+    max_num_seqs = s.get("max_num_seqs")
+    max_batched = s.get("max_num_batched_tokens")
+    if case.entrypoint == "llm" and era_of(version) != "v0":
+        # The offline LLM class batches twice what `vllm serve` does by default.
+        seqs, tokens = default_batch_limits(total, gpu.name, 0, era_of(version), offline=True)
+        max_num_seqs = max_num_seqs or seqs
+        max_batched = max_batched or tokens
+    settings = EngineSettings(
+        tensor_parallel_size=s.get("tensor_parallel_size") or 1,
+        gpu_memory_utilization=s.get("gpu_memory_utilization") or 0.9,
+        max_model_len=s.get("max_model_len"),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_batched,
+        dtype=s.get("dtype") or "auto",
+        quantization=s.get("quantization"),
+        kv_cache_dtype=s.get("kv_cache_dtype") or "auto",
+        enforce_eager=bool(s.get("enforce_eager")),
+        block_size=s.get("block_size"),
+        vllm_version=version,
+    )
+    estimate = estimate_memory(
+        load_profile(case.model_dir), settings, gpu=gpu, gpu_memory_bytes=total
+    )
+    return CaseComparison(
+        case=case,
+        estimate=estimate,
+        logged_weights_gib=case.facts.weights_gib,
+        logged_kv_tokens=_logged_tokens(case, estimate.block_size),
+        logged_kv_gib=case.facts.available_kv_gib,
+    )
