@@ -191,7 +191,7 @@ def estimate_memory(
         fitted = max_model_len_that_fits(layout, avail_bytes, model_max, max_num_batched_tokens)
         if fitted == 0 and not errors:
             errors.append("cannot auto-fit max_model_len: not enough memory for a single token")
-        max_len = max(fitted, 1)
+        max_len = fitted
     num_blocks = layout.num_blocks(avail_bytes) if layout.page_bytes else 0
     per_request = layout.blocks_per_request(max_len, max_num_batched_tokens) if layout.groups else 0
     concurrency = num_blocks / per_request if per_request else 0.0
