@@ -10,8 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from vllm_log_cases import load_cases  # noqa: E402
-from vllm_log_estimates import estimate_case  # noqa: E402
+from vllm_log_cases import load_cases
+from vllm_log_estimates import estimate_case
 
 
 def _pct(value: float | None) -> str:

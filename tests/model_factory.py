@@ -27,7 +27,8 @@ def write_safetensors(path: Path, tensors: dict[str, TensorSpec]) -> None:
     offset = 0
     for name, (dtype, shape) in tensors.items():
         size = math.prod(shape) * DTYPE_BYTES[dtype]
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the format pads the header to 8-byte alignment

@@ -209,3 +209,20 @@ def test_unknown_family_falls_back_with_a_warning() -> None:
     assert any("no dedicated rule" in w for w in p.warnings)
     # PretrainedConfig ties embeddings by default.
     assert p.params.total == 100 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64
+
+
+def test_deepseek_v2_lite_without_q_lora_and_greedy_router() -> None:
+    # DeepSeek-V2-Lite's published config values (15.7B total, 2.4B activated experts).
+    config = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+              "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+              "num_key_value_heads": 16, "kv_lora_rank": 512, "q_lora_rank": None,
+              "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+              "vocab_size": 102400, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+              "n_routed_experts": 64, "n_shared_experts": 2, "first_k_dense_replace": 1,
+              "num_experts_per_tok": 6, "topk_method": "greedy", "tie_word_embeddings": False,
+              "torch_dtype": "bfloat16", "max_position_embeddings": 163840}
+    p = profile_from_config(config, name="DeepSeek-V2-Lite")
+    assert p.q_lora_rank is None and p.uses_mla and p.num_moe_layers == 26
+    assert abs(p.params.total - 15.7e9) / 15.7e9 < 0.001
+    # No e_score_correction_bias with the greedy router: other = norms + router gates.
+    assert p.params.other == 27 * (2 * 2048 + 512) + 26 * 64 * 2048 + 2048

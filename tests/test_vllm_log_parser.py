@@ -145,3 +145,15 @@ def test_failures() -> None:
 def test_empty_log() -> None:
     f = parse_startup_log("nothing to see")
     assert f.weights_gib is None and not f.has_kv_figure() and f.errors == []
+
+
+def test_v1_early_gpu_blocks_without_cpu_blocks() -> None:
+    # Real format (vllm#12569, V1 engine, Jan 2025): no "# CPU blocks" after the GPU count.
+    f = parse_startup_log(
+        "INFO 01-30 03:18:12 gpu_model_runner.py:848] Loading model weights took 67.7229 GB\n"
+        "INFO 01-30 03:19:14 kv_cache_utils.py:395] # GPU blocks: 1381\n"
+        "INFO 01-30 03:19:14 kv_cache_utils.py:398] Maximum concurrency for 2048 tokens per request: 10.79x\n"
+    )
+    assert (f.weights_gib, f.num_gpu_blocks, f.num_cpu_blocks) == (67.7229, 1381, None)
+    assert (f.concurrency_tokens, f.max_concurrency) == (2048, 10.79)
+    assert f.has_kv_figure()

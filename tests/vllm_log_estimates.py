@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from vllm_log_cases import VllmLogCase
 
-from inferplane.gpus import lookup_gpu
+from inferplane.gpus import find_gpu
 from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
 from inferplane.planner.defaults import default_batch_limits
@@ -19,6 +19,7 @@ from inferplane.planner.vllm_versions import era_of
 
 # Logs that print no version (V0 "Memory profiling results" format) date to about this one.
 UNDATED_V0_VERSION = "0.6.4"
+NOMINAL_UNKNOWN_GPU_BYTES = 80 * GIB
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,20 @@ def _logged_tokens(case: VllmLogCase, block_size: int) -> int | None:
 def estimate_case(case: VllmLogCase) -> CaseComparison:
     s = case.settings
     version = case.vllm_version or UNDATED_V0_VERSION
-    gpu = lookup_gpu(case.gpu.split("(")[0].strip())  # drop notes like "(GCE a2-highgpu-1g)"
-    total = int(case.gpu_total_gib * GIB) if case.gpu_total_gib else gpu.total_memory_bytes
+    # Drop notes like "(GCE a2-highgpu-1g)"; a log may name no GPU but print its memory.
+    gpu = find_gpu(case.gpu.split("(")[0].strip())
+    if case.gpu_total_gib:
+        total = int(case.gpu_total_gib * GIB)
+    elif gpu is not None:
+        total = gpu.total_memory_bytes
+    else:
+        # Weights don't depend on the card; KV figures can't be compared without its size.
+        total = NOMINAL_UNKNOWN_GPU_BYTES
     max_num_seqs = s.get("max_num_seqs")
     max_batched = s.get("max_num_batched_tokens")
     if case.entrypoint == "llm" and era_of(version) != "v0":
         # The offline LLM class batches twice what `vllm serve` does by default.
-        seqs, tokens = default_batch_limits(total, gpu.name, 0, era_of(version), offline=True)
+        seqs, tokens = default_batch_limits(total, gpu.name if gpu else None, 0, era_of(version), offline=True)
         max_num_seqs = max_num_seqs or seqs
         max_batched = max_batched or tokens
     settings = EngineSettings(
@@ -82,6 +90,7 @@ def estimate_case(case: VllmLogCase) -> CaseComparison:
         block_size=s.get("block_size"),
         vllm_version=version,
     )
+    known_size = gpu is not None or bool(case.gpu_total_gib)
     estimate = estimate_memory(
         load_profile(case.model_dir), settings, gpu=gpu, gpu_memory_bytes=total
     )
@@ -89,6 +98,6 @@ def estimate_case(case: VllmLogCase) -> CaseComparison:
         case=case,
         estimate=estimate,
         logged_weights_gib=case.facts.weights_gib,
-        logged_kv_tokens=_logged_tokens(case, estimate.block_size),
-        logged_kv_gib=case.facts.available_kv_gib,
+        logged_kv_tokens=_logged_tokens(case, estimate.block_size) if known_size else None,
+        logged_kv_gib=case.facts.available_kv_gib if known_size else None,
     )

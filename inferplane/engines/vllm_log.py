@@ -94,6 +94,8 @@ _AVAILABLE_KV = re.compile(rf"Available KV cache memory: {_NUM} ?GiB")
 _KV_TOKENS = re.compile(rf"GPU KV cache size: {_NUM} tokens")
 _CONCURRENCY = re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM} ?x")
 _BLOCKS = re.compile(rf"#?\s*(?:GPU|gpu|cuda|CUDA) blocks: {_NUM},\s*#?\s*CPU blocks: {_NUM}")
+# V1-early (~v0.7.1, Jan 2025) printed the GPU block count alone, without CPU blocks.
+_BLOCKS_GPU_ONLY = re.compile(rf"#\s*(?:GPU|gpu|cuda|CUDA) blocks: {_NUM}")
 _BLOCK_OVERRIDE = re.compile(
     rf"Overriding num_gpu_blocks={_NUM} with num_gpu_blocks_override={_NUM}"
 )
@@ -197,6 +199,10 @@ def _parse_kv(text: str, facts: VllmStartupFacts) -> None:
     if m is not None:
         facts.num_gpu_blocks = _int(m.group(1))
         facts.num_cpu_blocks = _int(m.group(2))
+    else:
+        m = _BLOCKS_GPU_ONLY.search(text)
+        if m is not None:
+            facts.num_gpu_blocks = _int(m.group(1))
     m = _BLOCK_OVERRIDE.search(text)
     if m is not None:
         # v0.19+ also prints this during CUDA-graph memory profiling (override=512

@@ -13,20 +13,24 @@ _LAYER_TYPE_NAMES: dict[str, LayerAttention] = {
 }
 
 
+def _same(kind: LayerAttention, n: int) -> tuple[LayerAttention, ...]:
+    return (kind,) * n
+
+
 def layer_attention(
     cfg: dict[str, Any], arch: TextArch
 ) -> tuple[tuple[LayerAttention, ...], int | None, list[str]]:
     """Return (kind per layer, sliding window or None, warnings)."""
     n = arch.num_layers
     if arch.uses_mla:
-        return ("mla",) * n, None, []
+        return _same("mla", n), None, []
     window = cfg.get("sliding_window")
     window = window if isinstance(window, int) and window > 0 else None
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) == n:
         return _from_layer_types(layer_types, window)
     if window is None:
-        return ("full",) * n, None, []
+        return _same("full", n), None, []
     model_type = arch.model_type
     if model_type == "gemma2":
         # Gemma2DecoderLayer: even layers slide, odd layers attend globally.
@@ -42,12 +46,12 @@ def layer_attention(
     if "use_sliding_window" in cfg:
         # Qwen2/Qwen3 keep `sliding_window` set but switched off (Qwen2.5: 131072, false).
         if not cfg.get("use_sliding_window"):
-            return ("full",) * n, None, []
+            return _same("full", n), None, []
         first = int(cfg.get("max_window_layers") or 0)
         kinds = tuple("sliding" if i >= first else "full" for i in range(n))
         return kinds, window, []
     # Mistral-style: a set `sliding_window` applies to every layer.
-    return ("sliding",) * n, window, []
+    return _same("sliding", n), window, []
 
 
 def _from_layer_types(

@@ -54,8 +54,9 @@ def derived_max_model_len(cfg: dict[str, Any]) -> tuple[int, list[str]]:
             return int(original if isinstance(original, int) else length), warnings
         if rope_type not in _UNSCALED_ROPE_TYPES:
             factor = rope.get("factor", 1.0)
-            if rope_type == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):
-                length = rope["original_max_position_embeddings"]
+            original = rope.get("original_max_position_embeddings")
+            if rope_type == "yarn" and isinstance(original, int):
+                length = original
             if isinstance(factor, int | float):
                 length *= factor
     return int(length), warnings

@@ -33,9 +33,8 @@ def read_json_object(path: Path, *, what: str, fix: str) -> dict[str, Any]:
             fix=fix,
         ) from exc
     if not isinstance(data, dict):
-        raise InferplaneError(
-            f"{what} must hold a JSON object", value=type(data).__name__, location=str(path), fix=fix
-        )
+        raise InferplaneError(f"{what} must hold a JSON object", value=type(data).__name__,
+                              location=str(path), fix=fix)
     return data
 
 

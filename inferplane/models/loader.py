@@ -13,7 +13,7 @@ from inferplane.models.context import derived_max_model_len
 from inferplane.models.defaults import with_defaults
 from inferplane.models.hf_config import read_json_object, resolve_config_path, text_config
 from inferplane.models.params import count_gemma3_vision_params, count_text_params
-from inferplane.models.profile import ModelProfile, ParamCounts, QuantizationInfo
+from inferplane.models.profile import ModelProfile, QuantizationInfo
 from inferplane.models.quantization import (
     HF_QUANT_CONFIG_FILE,
     from_hf_quant_config,
@@ -199,6 +199,6 @@ def _with_weights(profile: ModelProfile, model_dir: Path) -> ModelProfile:
         missing = len(files) - len(present)
         note = (f"{missing} of {len(files)} safetensors shards are missing; parameters come "
                 "from config.json")
-        return replace(profile, weight_bytes_on_disk=total, warnings=profile.warnings + (note,))
+        return replace(profile, weight_bytes_on_disk=total, warnings=(*profile.warnings, note))
     return replace(profile, weight_bytes_on_disk=total)
 

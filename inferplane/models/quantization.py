@@ -87,12 +87,13 @@ def _compressed_tensors(
         return None, ["compressed-tensors config without weight scheme; assumed unquantized"]
     bits = _positive_int(weights.get("num_bits")) or 8
     strategy = weights.get("strategy")
-    group: int | None = None
+    elements_per_scale: int | None = None
     if strategy == "group":
-        group = _positive_int(weights.get("group_size"))
+        elements_per_scale = _positive_int(weights.get("group_size"))
     elif strategy == "block" and isinstance(weights.get("block_structure"), list):
-        group = math.prod(weights["block_structure"])
-    return QuantizationInfo("compressed-tensors", bits, group, kv_dtype, excluded), []
+        elements_per_scale = math.prod(weights["block_structure"])
+    info = QuantizationInfo("compressed-tensors", bits, elements_per_scale, kv_dtype, excluded)
+    return info, []
 
 
 def _modelopt(

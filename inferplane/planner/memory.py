@@ -154,9 +154,9 @@ def estimate_memory(
 
     # Non-KV memory inside the utilization budget.
     activation = overheads.activation_peak_bytes(
-        profile, tp, DTYPE_BYTES[dtype], max_num_batched_tokens, max_num_seqs, generate
+        profile, tp, DTYPE_BYTES[dtype], max_num_batched_tokens, max_num_seqs, generate, era
     )
-    non_torch = overheads.non_torch_bytes(tp)
+    non_torch = overheads.non_torch_bytes(tp, era)
     cuda_graph = 0 if settings.enforce_eager else overheads.cuda_graph_bytes(
         profile, max_num_seqs, version
     )

@@ -21,6 +21,9 @@ SAMPLER_BYTES_PER_LOGIT = 12
 RESIDUAL_COPIES = 3
 # cuBLAS workspaces, attention-backend buffers: present in every process.
 NON_TORCH_BASE_BYTES = int(0.12 * GIB)
+# V0 measured non-torch memory from a baseline taken before the model was created, so it
+# also counts allocator and library state the v1 baseline excludes (0.35 GiB in V0 logs).
+NON_TORCH_V0_BYTES = int(0.35 * GIB)
 # NCCL communicators and custom all-reduce buffers, only with tensor parallelism.
 NON_TORCH_TP_BYTES = int(0.40 * GIB)
 # CUDA graph pool: per captured batch size and per layer (piecewise graphs), fitted to logs.
@@ -37,6 +40,7 @@ def activation_peak_bytes(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     generate: bool,
+    era: str = "v1new",
 ) -> int:
     """Peak torch allocation of vLLM's profile run: one forward of `max_num_batched_tokens`
     tokens, then a sampler (or pooler) run over min(max_num_seqs, tokens) requests."""
@@ -58,11 +62,16 @@ def activation_peak_bytes(
         return forward
     requests = min(max_num_seqs, max_num_batched_tokens)
     sampler = requests * profile.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    if era == "v0":
+        # V0 frees the forward's activations before sampling: the peak is one or the other.
+        return max(forward, sampler)
+    # V1 logs show the sampler warm-up on top of the forward peak (kept intermediate buffers).
     return forward + sampler
 
 
-def non_torch_bytes(tp: int) -> int:
-    return NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
+def non_torch_bytes(tp: int, era: str = "v1new") -> int:
+    base = NON_TORCH_V0_BYTES if era == "v0" else NON_TORCH_BASE_BYTES
+    return base + (NON_TORCH_TP_BYTES if tp > 1 else 0)
 
 
 def cuda_graph_capture_sizes(max_num_seqs: int, vllm_version: str) -> list[int]:
