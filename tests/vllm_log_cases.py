@@ -59,6 +59,8 @@ class VllmLogCase:
     notes: str
     entrypoint: str | None
     facts: VllmStartupFacts
+    # Settings the source does not state (not vLLM defaults): KV figures can't be compared.
+    unknown_settings: tuple[str, ...] = ()
 
     @property
     def model_dir(self) -> Path:
@@ -96,6 +98,7 @@ def _load_one(path: Path) -> VllmLogCase:
         notes=str(raw["notes"]),
         entrypoint=raw.get("entrypoint"),
         facts=parse_startup_log(str(raw["log"])),
+        unknown_settings=tuple(raw.get("unknown_settings") or ()),
     )
 
 

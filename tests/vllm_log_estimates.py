@@ -90,7 +90,8 @@ def estimate_case(case: VllmLogCase) -> CaseComparison:
         block_size=s.get("block_size"),
         vllm_version=version,
     )
-    known_size = gpu is not None or bool(case.gpu_total_gib)
+    # KV figures need the card's size and every setting that shapes the pool.
+    known_size = (gpu is not None or bool(case.gpu_total_gib)) and not case.unknown_settings
     estimate = estimate_memory(
         load_profile(case.model_dir), settings, gpu=gpu, gpu_memory_bytes=total
     )

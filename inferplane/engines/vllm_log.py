@@ -251,6 +251,8 @@ def _parse_errors(text: str, facts: VllmStartupFacts) -> None:
         facts.free_memory_gib = _num(m.group(1))
         facts.total_gpu_memory_gib = _num(m.group(2))
         facts.gpu_memory_utilization = _num(m.group(3))
+        if facts.weights_gib is None:  # the summary repeats "Model loading took" (2 decimals)
+            facts.weights_gib = _num(m.group(5))
         facts.activation_peak_gib = _num(m.group(6))
         facts.non_torch_gib = _num(m.group(7))
         if facts.cuda_graph_gib is None:
