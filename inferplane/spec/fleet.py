@@ -1,0 +1,69 @@
+"""`FleetSpec`: the whole fleet file."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from inferplane.spec.base import SpecModel
+from inferplane.spec.engine import EngineSpec
+from inferplane.spec.gateway import GatewaySpec, GatewayTimeouts
+from inferplane.spec.inventory import GpuInventory, parse_gpus_field
+from inferplane.spec.model import ModelSpec
+from inferplane.spec.problems import issues_error
+from inferplane.spec.references import reference_issues
+from inferplane.spec.scaling import ScalingSpec
+from inferplane.spec.traffic import LimitsSpec, RouteSpec
+
+
+class FleetSpec(SpecModel):
+    """Everything inferplane plans, runs, routes and deploys. Only `models` is required."""
+
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    # None means "discover": read the GPUs of the host (or cluster) at run time.
+    gpus: Annotated[GpuInventory | None, BeforeValidator(parse_gpus_field)] = None
+    models: list[ModelSpec] = Field(min_length=1)
+    gateway: GatewaySpec = Field(default_factory=GatewaySpec)
+    routes: list[RouteSpec] = Field(default_factory=list)
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
+
+    @model_validator(mode="after")
+    def _references(self) -> FleetSpec:
+        issues = reference_issues(self)
+        if issues:
+            raise issues_error(issues)
+        return self
+
+    # --- lookups shared by the planner, gateway and deployers ------------------------------
+
+    @property
+    def discover_gpus(self) -> bool:
+        return self.gpus is None
+
+    @property
+    def placed_models(self) -> list[ModelSpec]:
+        """Models inferplane runs on its GPUs (those with a source)."""
+        return [model for model in self.models if not model.is_endpoint]
+
+    @property
+    def endpoint_models(self) -> list[ModelSpec]:
+        """Models served elsewhere: routed to, never placed."""
+        return [model for model in self.models if model.is_endpoint]
+
+    def model(self, name: str) -> ModelSpec | None:
+        """The model a client-facing name (a model name or an alias) refers to."""
+        for model in self.models:
+            if name == model.name or name in model.aliases:
+                return model
+        return None
+
+    def timeouts_for(self, name: str) -> GatewayTimeouts:
+        """The model's timeouts, each unset field falling back to `gateway.timeouts`."""
+        defaults = self.gateway.timeouts
+        model = self.model(name)
+        if model is None or model.timeouts is None:
+            return defaults
+        overrides: dict[str, Any] = model.timeouts.model_dump(exclude_none=True)
+        return defaults.model_copy(update=overrides)

@@ -1,0 +1,26 @@
+"""`gateway:` — the OpenAI-compatible entry point's own settings."""
+
+from __future__ import annotations
+
+from pydantic import Field, StrictStr
+
+from inferplane.spec.base import SpecModel
+from inferplane.spec.types import PositiveFloat
+
+
+class GatewayTimeouts(SpecModel):
+    """Default upstream timeouts for every model (P40): generous, since generations are long."""
+
+    connect_s: PositiveFloat = 10.0
+    first_byte_s: PositiveFloat = 600.0  # includes the engine's own queue and a long prefill
+    idle_s: PositiveFloat = 120.0  # longest gap between streamed chunks
+    total_s: PositiveFloat = 3600.0
+
+
+class GatewaySpec(SpecModel):
+    """Where the gateway listens and what it accepts."""
+
+    host: StrictStr = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=8000, strict=True, ge=1, le=65535)
+    max_body_mib: PositiveFloat = 32.0  # larger bodies get 413 naming the limit (P41)
+    timeouts: GatewayTimeouts = Field(default_factory=GatewayTimeouts)

@@ -1,0 +1,92 @@
+"""`gpus:` — the GPU inventory: "discover" at run time, or nodes listed by hand."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, StrictStr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from inferplane.spec.base import SpecModel
+from inferplane.spec.gpu_names import canonical_gpu_type
+from inferplane.spec.problems import Issue, issues_error
+from inferplane.spec.types import Labels, PositiveInt
+
+Interconnect = Literal["nvlink", "pcie", "auto"]
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+class NodeSpec(SpecModel):
+    """One host and its GPUs. All GPUs of a node are one type (TP never mixes types, P12)."""
+
+    name: StrictStr
+    gpu_type: StrictStr  # a GPU catalog name, matched forgivingly (`h100`, `L40S`)
+    count: PositiveInt
+    interconnect: Interconnect = "auto"  # auto: read the topology at run time (P13)
+    labels: Labels = Field(default_factory=dict)  # Kubernetes node labels (P14)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NODE_NAME.match(value):
+            raise PydanticCustomError(
+                "node_name",
+                "node name must be letters, digits, '.', '_' or '-'",
+                {"fix": "use the host name, e.g. gpu-node-1"},
+            )
+        return value
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_type(cls, value: str) -> str:
+        return canonical_gpu_type(value)
+
+
+class GpuInventory(SpecModel):
+    """A static inventory. `gpus: discover` (the default) becomes `FleetSpec.gpus = None`."""
+
+    nodes: list[NodeSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> GpuInventory:
+        seen: dict[str, int] = {}
+        issues: list[Issue] = []
+        for index, node in enumerate(self.nodes):
+            if node.name in seen:
+                issues.append(
+                    Issue(
+                        ("nodes", index, "name"),
+                        f"node name is already used by nodes[{seen[node.name]}]",
+                        node.name,
+                        "give every node a unique name",
+                    )
+                )
+            seen.setdefault(node.name, index)
+        if issues:
+            raise issues_error(issues)
+        return self
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(node.count for node in self.nodes)
+
+    def node(self, name: str) -> NodeSpec | None:
+        return next((node for node in self.nodes if node.name == name), None)
+
+
+def parse_gpus_field(value: Any) -> Any:
+    """`gpus: discover` (or null) means "discover at run time"; otherwise a mapping."""
+    if value is None or value == "discover":
+        return None
+    if isinstance(value, dict | GpuInventory):
+        return value
+    raise PydanticCustomError(
+        "gpus_form",
+        'must be "discover" or a mapping with nodes',
+        {
+            "fix": "write gpus: discover, or "
+            "gpus: {nodes: [{name: node-1, gpu_type: L40S, count: 1}]}"
+        },
+    )

@@ -1,0 +1,218 @@
+"""Checks across sections: names are unique and every reference names something that exists.
+
+Pure function over a validated fleet; locs are from the fleet's root.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inferplane.spec.problems import Issue
+from inferplane.spec.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from inferplane.spec.fleet import FleetSpec
+    from inferplane.spec.model import ModelSpec
+
+
+def reference_issues(fleet: FleetSpec) -> list[Issue]:
+    issues: list[Issue] = []
+    issues += _unique_names(fleet)
+    issues += _aliases(fleet)
+    issues += _placement(fleet)
+    issues += _routes(fleet)
+    issues += _scaling(fleet)
+    return issues
+
+
+def _unique_names(fleet: FleetSpec) -> list[Issue]:
+    first: dict[str, int] = {}
+    issues = []
+    for index, model in enumerate(fleet.models):
+        if model.name in first:
+            issues.append(
+                Issue(
+                    ("models", index, "name"),
+                    f"model name is already used by models[{first[model.name]}]",
+                    model.name,
+                    "give every model a unique name; to serve more copies, raise replicas",
+                )
+            )
+        first.setdefault(model.name, index)
+    return issues
+
+
+def _aliases(fleet: FleetSpec) -> list[Issue]:
+    names = {model.name for model in fleet.models}
+    owner: dict[str, str] = {}
+    issues = []
+    for index, model in enumerate(fleet.models):
+        for position, alias in enumerate(model.aliases):
+            loc = ("models", index, "aliases", position)
+            if alias in names:
+                issues.append(
+                    Issue(loc, f"alias is the name of model {alias!r}", alias, "remove the alias")
+                )
+            elif alias in owner:
+                issues.append(
+                    Issue(
+                        loc,
+                        f"alias is already used by model {owner[alias]!r}",
+                        alias,
+                        "every alias must point at exactly one model; remove one of them",
+                    )
+                )
+            else:
+                owner[alias] = model.name
+    return issues
+
+
+def _placement(fleet: FleetSpec) -> list[Issue]:
+    by_name = {model.name: model for model in fleet.models}
+    issues: list[Issue] = []
+    for index, model in enumerate(fleet.models):
+        base = ("models", index, "placement")
+        for position, other in enumerate(model.placement.colocate_with):
+            loc = (*base, "colocate_with", position)
+            target = by_name.get(other)
+            if target is None:
+                fix = did_you_mean(other, by_name, noun="model name")
+                issues.append(Issue(loc, "colocate_with names an unknown model", other, fix))
+            elif target is model:
+                issues.append(
+                    Issue(loc, "a model cannot be co-located with itself", other, "remove it")
+                )
+            elif target.is_endpoint:
+                issues.append(
+                    Issue(
+                        loc,
+                        f"model {other!r} is served elsewhere (endpoints): no GPU to share",
+                        other,
+                        "remove it from colocate_with",
+                    )
+                )
+            elif target.placement.exclusive:
+                issues.append(
+                    Issue(
+                        loc,
+                        f"model {other!r} is placement.exclusive and shares no GPU",
+                        other,
+                        f"remove it from colocate_with or drop exclusive on {other!r}",
+                    )
+                )
+        issues += _node_and_type(fleet, model, base)
+    return issues
+
+
+def _node_and_type(fleet: FleetSpec, model: ModelSpec, base: tuple[str | int, ...]) -> list[Issue]:
+    inventory = fleet.gpus
+    placement = model.placement
+    if inventory is None:
+        return []  # discovered at run time: nothing to check against yet
+    issues = []
+    node = None
+    if placement.node is not None:
+        node = inventory.node(placement.node)
+        if node is None:
+            fix = did_you_mean(placement.node, (n.name for n in inventory.nodes), noun="node")
+            issues.append(
+                Issue((*base, "node"), "placement.node names an unknown node", placement.node, fix)
+            )
+    if placement.gpu_type is not None:
+        types = sorted({n.gpu_type for n in inventory.nodes})
+        if node is not None and node.gpu_type != placement.gpu_type:
+            issues.append(
+                Issue(
+                    (*base, "gpu_type"),
+                    f"node {node.name!r} has {node.gpu_type} GPUs",
+                    placement.gpu_type,
+                    f"use gpu_type: {node.gpu_type} or pick another node",
+                )
+            )
+        elif placement.gpu_type not in types:
+            issues.append(
+                Issue(
+                    (*base, "gpu_type"),
+                    "no node in gpus.nodes has this GPU type",
+                    placement.gpu_type,
+                    f"use one of: {', '.join(types)}",
+                )
+            )
+    return issues
+
+
+def _routes(fleet: FleetSpec) -> list[Issue]:
+    by_name = {model.name: model for model in fleet.models}
+    alias_owner = {alias: m.name for m in fleet.models for alias in m.aliases}
+    issues: list[Issue] = []
+    routed: dict[str, int] = {}
+    for index, route in enumerate(fleet.routes):
+        loc = ("routes", index, "model")
+        source = by_name.get(route.model)
+        if source is None:
+            if route.model in alias_owner:
+                fix = f"route the model's name: model: {alias_owner[route.model]}"
+            else:
+                fix = did_you_mean(route.model, by_name, noun="model name")
+            issues.append(Issue(loc, "route names an unknown model", route.model, fix))
+        elif route.model in routed:
+            issues.append(
+                Issue(
+                    loc,
+                    f"model already has a route (routes[{routed[route.model]}])",
+                    route.model,
+                    "merge the backends into one route",
+                )
+            )
+        routed.setdefault(route.model, index)
+        for position, backend in enumerate(route.backends):
+            target_loc = ("routes", index, "backends", position, "target")
+            target = by_name.get(backend.target)
+            if target is None:
+                fix = did_you_mean(backend.target, by_name, noun="model name")
+                issues.append(
+                    Issue(target_loc, "route target names an unknown model", backend.target, fix)
+                )
+            elif source is not None and target.task != source.task:
+                issues.append(
+                    Issue(
+                        target_loc,
+                        f"target is a {target.task} model but {route.model!r} is "
+                        f"a {source.task} model",
+                        backend.target,
+                        "route only between models of the same task",
+                    )
+                )
+    return issues
+
+
+def _scaling(fleet: FleetSpec) -> list[Issue]:
+    by_name = {model.name: (index, model) for index, model in enumerate(fleet.models)}
+    issues: list[Issue] = []
+    for name, bounds in fleet.scaling.models.items():
+        loc: tuple[str | int, ...] = ("scaling", "models", name)
+        if name not in by_name:
+            fix = did_you_mean(name, by_name, noun="model name")
+            issues.append(Issue(loc, "scaling names an unknown model", name, fix))
+            continue
+        index, model = by_name[name]
+        if model.is_endpoint:
+            issues.append(
+                Issue(
+                    loc,
+                    "a model served elsewhere (endpoints) cannot be scaled by inferplane",
+                    name,
+                    "remove it from scaling.models",
+                )
+            )
+        elif not bounds.min_replicas <= model.replicas <= bounds.max_replicas:
+            issues.append(
+                Issue(
+                    ("models", index, "replicas"),
+                    f"replicas is outside scaling bounds [{bounds.min_replicas}, "
+                    f"{bounds.max_replicas}]",
+                    model.replicas,
+                    "set replicas (the starting count) between min_replicas and max_replicas",
+                )
+            )
+    return issues
