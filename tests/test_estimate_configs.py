@@ -107,11 +107,18 @@ def test_fp8_checkpoint_halves_projection_weights() -> None:
     assert 0.5 < fp8.weights_gib / bf16.weights_gib < 0.56  # embeddings + lm_head stay bf16
 
 
+def run_estimate(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`inferplane estimate ARGS` in a real subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "inferplane", "estimate", *args],
+        capture_output=True, text=True, check=check,
+    )
+
+
 def test_cli_json_prints_one_object_with_required_keys() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "inferplane", "estimate", str(MODELS / "Qwen--Qwen3-8B"),
-         "--gpu", "L40S", "--max-model-len", "16384", "--json"],
-        capture_output=True, text=True, check=True,
+    out = run_estimate(
+        str(MODELS / "Qwen--Qwen3-8B"),
+         "--gpu", "L40S", "--max-model-len", "16384", "--json", check=True
     )
     data = json.loads(out.stdout)
     for key in ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency",
@@ -122,10 +129,9 @@ def test_cli_json_prints_one_object_with_required_keys() -> None:
 
 
 def test_cli_json_invalid_request_still_prints_object_and_exits_2() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "inferplane", "estimate", str(MODELS / "Qwen--Qwen2.5-7B-Instruct"),
-         "--gpu", "A100-80GB", "--tensor-parallel-size", "3", "--max-model-len", "8192", "--json"],
-        capture_output=True, text=True,
+    out = run_estimate(
+        str(MODELS / "Qwen--Qwen2.5-7B-Instruct"),
+         "--gpu", "A100-80GB", "--tensor-parallel-size", "3", "--max-model-len", "8192", "--json"
     )
     assert out.returncode == 2
     data = json.loads(out.stdout)
@@ -134,20 +140,18 @@ def test_cli_json_invalid_request_still_prints_object_and_exits_2() -> None:
 
 
 def test_cli_unknown_gpu_is_a_clear_error() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "inferplane", "estimate", str(MODELS / "Qwen--Qwen3-8B"),
-         "--gpu", "Z9000"],
-        capture_output=True, text=True,
+    out = run_estimate(
+        str(MODELS / "Qwen--Qwen3-8B"),
+         "--gpu", "Z9000"
     )
     assert out.returncode == 2
     assert "Z9000" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_cli_max_model_len_auto() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "inferplane", "estimate", str(MODELS / "Qwen--Qwen3-8B"),
-         "--gpu", "L4", "--max-model-len", "auto", "--json"],
-        capture_output=True, text=True, check=True,
+    out = run_estimate(
+        str(MODELS / "Qwen--Qwen3-8B"),
+         "--gpu", "L4", "--max-model-len", "auto", "--json", check=True
     )
     data = json.loads(out.stdout)
     # About 3.3 GiB of KV at 147,456 B/token: roughly 24K tokens, less than the 40,960 maximum.
