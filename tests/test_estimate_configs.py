@@ -118,7 +118,7 @@ def run_estimate(*args: str, check: bool = False) -> subprocess.CompletedProcess
 def test_cli_json_prints_one_object_with_required_keys() -> None:
     out = run_estimate(
         str(MODELS / "Qwen--Qwen3-8B"),
-         "--gpu", "L40S", "--max-model-len", "16384", "--json", check=True
+        "--gpu", "L40S", "--max-model-len", "16384", "--json", check=True
     )
     data = json.loads(out.stdout)
     for key in ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency",
@@ -131,7 +131,7 @@ def test_cli_json_prints_one_object_with_required_keys() -> None:
 def test_cli_json_invalid_request_still_prints_object_and_exits_2() -> None:
     out = run_estimate(
         str(MODELS / "Qwen--Qwen2.5-7B-Instruct"),
-         "--gpu", "A100-80GB", "--tensor-parallel-size", "3", "--max-model-len", "8192", "--json"
+        "--gpu", "A100-80GB", "--tensor-parallel-size", "3", "--max-model-len", "8192", "--json"
     )
     assert out.returncode == 2
     data = json.loads(out.stdout)
@@ -142,7 +142,7 @@ def test_cli_json_invalid_request_still_prints_object_and_exits_2() -> None:
 def test_cli_unknown_gpu_is_a_clear_error() -> None:
     out = run_estimate(
         str(MODELS / "Qwen--Qwen3-8B"),
-         "--gpu", "Z9000"
+        "--gpu", "Z9000"
     )
     assert out.returncode == 2
     assert "Z9000" in out.stderr and "Traceback" not in out.stderr
@@ -151,7 +151,7 @@ def test_cli_unknown_gpu_is_a_clear_error() -> None:
 def test_cli_max_model_len_auto() -> None:
     out = run_estimate(
         str(MODELS / "Qwen--Qwen3-8B"),
-         "--gpu", "L4", "--max-model-len", "auto", "--json", check=True
+        "--gpu", "L4", "--max-model-len", "auto", "--json", check=True
     )
     data = json.loads(out.stdout)
     # About 3.3 GiB of KV at 147,456 B/token: roughly 24K tokens, less than the 40,960 maximum.
