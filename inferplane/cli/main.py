@@ -33,7 +33,7 @@ def version() -> None:
 
 
 # Each module registers its commands on `app` when imported (one command per module).
-COMMAND_MODULES: tuple[str, ...] = ("estimate", "gpus", "validate")
+COMMAND_MODULES: tuple[str, ...] = ("estimate", "gpus", "validate", "sim")
 
 
 def _register_commands() -> None:

@@ -1,0 +1,119 @@
+"""`inferplane sim`: run simulated vLLM engines (one, or a fleet file of many)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from inferplane.cli.main import app
+from inferplane.engines.sim.config import DEFAULT_GPU, FaultConfig, SimEngineConfig
+from inferplane.engines.sim.host import start_engines, stop_engines
+from inferplane.errors import InferplaneError
+
+_FAULT_KEYS = {f for f in FaultConfig.__dataclass_fields__}
+_ENGINE_KEYS = {f for f in SimEngineConfig.__dataclass_fields__} - {"faults", "calibration"}
+
+
+def _engine_from_mapping(entry: dict[str, Any], where: str) -> SimEngineConfig:
+    unknown = set(entry) - _FAULT_KEYS - _ENGINE_KEYS
+    if unknown:
+        raise InferplaneError(
+            f"unknown keys {sorted(unknown)}", location=where,
+            fix=f"use only {sorted(_ENGINE_KEYS | _FAULT_KEYS)}",
+        )
+    if "model" not in entry:
+        raise InferplaneError("missing key 'model'", location=where, fix="name the served model")
+    faults = FaultConfig(**{k: v for k, v in entry.items() if k in _FAULT_KEYS})
+    values = {k: v for k, v in entry.items() if k in _ENGINE_KEYS}
+    for key in ("model_dir", "model_config"):
+        if values.get(key) is not None:
+            values[key] = Path(values[key])
+    return SimEngineConfig(**values, faults=faults)
+
+
+def load_fleet(path: Path) -> list[SimEngineConfig]:
+    """A YAML file `engines: [{model: ..., port: ..., <any sim flag in snake_case>}, ...]`."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InferplaneError(f"cannot read fleet file: {exc}", location=str(path)) from exc
+    engines = data.get("engines") if isinstance(data, dict) else None
+    if not isinstance(engines, list) or not engines:
+        raise InferplaneError(
+            "needs a non-empty list under 'engines'", location=str(path),
+            fix="engines:\n  - {model: demo-a, port: 8001}",
+        )
+    return [
+        _engine_from_mapping(entry, f"{path}: engines[{i}]") if isinstance(entry, dict)
+        else _engine_from_mapping({}, f"{path}: engines[{i}]")
+        for i, entry in enumerate(engines)
+    ]
+
+
+async def _serve(configs: list[SimEngineConfig], exit_on_crash: bool) -> int:
+    handles = await start_engines(configs)
+    for handle in handles:
+        typer.echo(f"simulated engine {handle.config.model} listening on {handle.url}")
+    crashed = [asyncio.ensure_future(h.crashed.wait()) for h in handles]
+    try:
+        if exit_on_crash:
+            await asyncio.wait(crashed, return_when=asyncio.FIRST_COMPLETED)
+            typer.echo("simulated crash (--crash-after-requests)", err=True)
+            return 1
+        await asyncio.Event().wait()
+        return 0
+    finally:
+        for task in crashed:
+            task.cancel()
+        await stop_engines(handles)
+
+
+@app.command()
+def sim(
+    model: str = typer.Option("sim-model", help="Served model name clients send."),
+    model_dir: Path | None = typer.Option(None, help="Model directory with config.json."),
+    model_config: Path | None = typer.Option(None, help="config.json path (no model dir)."),
+    gpu: str = typer.Option(DEFAULT_GPU, help="GPU type to simulate (see `inferplane gpus`)."),
+    tensor_parallel_size: int = typer.Option(1, help="GPUs per engine."),
+    max_model_len: int | None = typer.Option(None, help="Context length; default: the model's."),
+    max_num_seqs: int | None = typer.Option(None, help="Max running sequences per step."),
+    max_num_batched_tokens: int | None = typer.Option(None, help="Token budget per step."),
+    gpu_memory_utilization: float = typer.Option(0.9, help="Fraction of the card for vLLM."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    port: int = typer.Option(8000, help="Port to bind."),
+    load_time_s: float = typer.Option(0.0, help="Seconds /health answers 503 before ready."),
+    fail_rate: float = typer.Option(0.0, help="Fraction of requests answered with HTTP 500."),
+    crash_after_requests: int | None = typer.Option(None, help="Exit (code 1) after N requests."),
+    hang_after_requests: int | None = typer.Option(None, help="Stop answering after N requests."),
+    slowdown: float = typer.Option(1.0, help="Multiply every step time by this factor."),
+    fleet: Path | None = typer.Option(None, help="YAML file of many engines to host at once."),
+) -> None:
+    """Run a simulated vLLM engine (same HTTP API and metrics) without a GPU."""
+    if fleet is not None:
+        configs = load_fleet(fleet)
+    else:
+        configs = [SimEngineConfig(
+            model=model, model_dir=model_dir, model_config=model_config, gpu=gpu,
+            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            gpu_memory_utilization=gpu_memory_utilization, host=host, port=port,
+            faults=FaultConfig(
+                load_time_s=load_time_s, fail_rate=fail_rate,
+                crash_after_requests=crash_after_requests,
+                hang_after_requests=hang_after_requests, slowdown=slowdown,
+            ),
+        )]
+    try:
+        code = asyncio.run(_serve(configs, exit_on_crash=fleet is None))
+    except KeyboardInterrupt:
+        code = 0
+    except OSError as exc:
+        raise InferplaneError(
+            f"cannot listen: {exc}", field="port", fix="pick a free port (or 0 for any)"
+        ) from exc
+    sys.exit(code)

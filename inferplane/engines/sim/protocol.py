@@ -1,0 +1,161 @@
+"""Request parsing and response bodies in vLLM's OpenAI-compatible shapes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError",
+               503: "ServiceUnavailableError"}
+
+
+class ApiError(Exception):
+    """An error answered as `{"error": {message, type, param, code}}` (vLLM >= 0.10)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": ERROR_TYPES.get(self.status, "BadRequestError"),
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    """The fields of a completion request that change what the simulator does."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    ignore_eos: bool
+    stop: list[str]
+
+
+def _int_field(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be an integer", name)
+    if value < 1:
+        raise ApiError(400, f"{name} must be at least 1, got {value}.", name)
+    return value
+
+
+def parse_sampling(body: dict[str, Any], *, chat: bool) -> SamplingRequest:
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise ApiError(400, "model must be a string", "model")
+    n = body.get("n", 1)
+    if n != 1:
+        raise ApiError(400, "the simulator supports only n=1", "n")
+    max_tokens = _int_field(body, "max_completion_tokens") if chat else None
+    if max_tokens is None:
+        max_tokens = _int_field(body, "max_tokens")
+    stop = body.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise ApiError(400, "stop must be a string or a list of strings", "stop")
+    options = body.get("stream_options") or {}
+    stream = bool(body.get("stream", False))
+    if options and not stream:
+        raise ApiError(
+            400, "Stream options can only be defined when `stream=True`.", "stream_options"
+        )
+    return SamplingRequest(
+        model=model,
+        stream=stream,
+        include_usage=bool(options.get("include_usage", False)),
+        max_tokens=max_tokens,
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        stop=stop,
+    )
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens} if cached_tokens else None,
+    }
+
+
+def chat_response(
+    request_id: str, model: str, text: str, finish_reason: str, use: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": text, "tool_calls": []},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": None,
+        }],
+        "usage": use,
+        "prompt_logprobs": None,
+    }
+
+
+def chat_chunk(
+    request_id: str, model: str, created: int, delta: dict[str, Any], finish_reason: str | None
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                     "finish_reason": finish_reason}],
+    }
+
+
+def completion_response(
+    request_id: str, model: str, text: str, finish_reason: str, use: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None,
+                     "finish_reason": finish_reason, "stop_reason": None,
+                     "prompt_logprobs": None}],
+        "usage": use,
+    }
+
+
+def completion_chunk(
+    request_id: str, model: str, created: int, text: str, finish_reason: str | None
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None,
+                     "finish_reason": finish_reason, "stop_reason": None}],
+    }
+
+
+def usage_chunk(
+    request_id: str, model: str, created: int, obj: str, use: dict[str, Any]
+) -> dict[str, Any]:
+    return {"id": request_id, "object": obj, "created": created, "model": model,
+            "choices": [], "usage": use}
