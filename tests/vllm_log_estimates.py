@@ -73,8 +73,9 @@ def estimate_case(case: VllmLogCase) -> CaseComparison:
     max_num_seqs = s.get("max_num_seqs")
     max_batched = s.get("max_num_batched_tokens")
     if case.entrypoint == "llm" and era_of(version) != "v0":
-        # The offline LLM class batches twice what `vllm serve` does by default.
-        seqs, tokens = default_batch_limits(total, gpu.name if gpu else None, 0, era_of(version), offline=True)
+        # The offline LLM class batches more tokens than `vllm serve` does by default.
+        gpu_name = gpu.name if gpu else None
+        seqs, tokens = default_batch_limits(total, gpu_name, 0, era_of(version), offline=True)
         max_num_seqs = max_num_seqs or seqs
         max_batched = max_batched or tokens
     settings = EngineSettings(
