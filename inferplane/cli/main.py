@@ -33,7 +33,9 @@ def version() -> None:
 
 
 # Each module registers its commands on `app` when imported (one command per module).
-COMMAND_MODULES: tuple[str, ...] = ("estimate", "gpus", "validate", "sim")
+COMMAND_MODULES: tuple[str, ...] = (
+    "estimate", "gpus", "validate", "sim", "gateway", "up", "down", "status",
+)
 
 
 def _register_commands() -> None:

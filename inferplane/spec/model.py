@@ -93,6 +93,8 @@ class RoutingSpec(SpecModel):
 
     policy: RoutingPolicy = "least_outstanding"
     session_header: StrictStr = Field(default="X-Session-ID", min_length=1)  # session_affinity
+    max_queue_depth: int = Field(default=512, strict=True, ge=0)  # gateway queue; full -> 429
+    max_queue_wait_s: PositiveFloat = 30.0  # longest wait in the gateway queue; then 503
 
 
 class MaxTokensCap(SpecModel):

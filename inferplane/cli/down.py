@@ -1,0 +1,25 @@
+"""`inferplane down`: drain and stop a fleet started with `inferplane up --detach`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from inferplane.cli.main import app
+from inferplane.runtime.state import DEFAULT_STATE_DIR
+
+
+@app.command()
+def down(
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="The fleet's state directory."),
+    timeout_s: float = typer.Option(
+        900.0, help="Give up waiting after this long (the fleet's grace period is 300 s)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Do not wait for in-flight requests."),
+) -> None:
+    """Stop admitting requests, let in-flight ones finish, then stop every engine."""
+    from inferplane.runtime import control
+
+    pid = control.stop_fleet(control.resolve_state_dir(state_dir), timeout_s, force)
+    typer.echo(f"fleet stopped (pid {pid})")

@@ -1,0 +1,68 @@
+"""`inferplane gateway`: serve the OpenAI-compatible gateway for a fleet file."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+
+from inferplane.cli.main import app
+from inferplane.errors import InferplaneError
+
+
+def _parse_backend(text: str) -> tuple[str, str]:
+    model, sep, url = text.partition("=")
+    if not sep or not model or not url.startswith(("http://", "https://")):
+        raise InferplaneError(
+            "a backend is MODEL=URL",
+            field="--backend",
+            value=text,
+            fix="e.g. --backend llama=http://127.0.0.1:8001 (base URL without /v1)",
+        )
+    return model, url
+
+
+@app.command()
+def gateway(
+    fleet: Path | None = typer.Option(None, "--fleet", help="Fleet file (models, routes)."),
+    host: str | None = typer.Option(None, help="Listen address (default: the fleet's)."),
+    port: int | None = typer.Option(None, help="Listen port (default: the fleet's)."),
+    backend: list[str] = typer.Option(
+        [], "--backend", help="MODEL=URL of an engine started elsewhere; repeatable."
+    ),
+    access_log: bool = typer.Option(True, help="One JSON line per request on stderr."),
+) -> None:
+    """Route OpenAI API traffic to a fleet's engines (chat, completions, embeddings, ...)."""
+    from inferplane.gateway.config import GatewayConfig, ModelRoute
+    from inferplane.gateway.server import serve
+
+    if fleet is None and not backend:
+        raise InferplaneError(
+            "nothing to route",
+            field="--fleet",
+            fix="give --fleet FLEET.yaml or at least one --backend MODEL=URL",
+        )
+    if fleet is not None:
+        from inferplane.gateway.fleet import gateway_config_from_fleet
+        from inferplane.spec import load_fleet
+
+        config = gateway_config_from_fleet(load_fleet(fleet))
+    else:
+        config = GatewayConfig()
+    extra: dict[str, list[str]] = {}
+    for text in backend:
+        model, url = _parse_backend(text)
+        extra.setdefault(model, []).append(url)
+    models = []
+    for route in config.models:
+        urls = extra.pop(route.name, [])
+        models.append(replace(route, endpoints=(*route.endpoints, *urls)) if urls else route)
+    models.extend(ModelRoute(name, endpoints=tuple(urls)) for name, urls in extra.items())
+    config = replace(config, models=tuple(models), access_log=access_log)
+    typer.echo(
+        f"inferplane gateway on http://{host or config.host}:{port or config.port} "
+        f"({len(config.models)} models)",
+        err=True,
+    )
+    serve(config, host, port)

@@ -1,0 +1,106 @@
+"""`inferplane up`: run a fleet on this host — engines, supervision, the gateway in front."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from inferplane.cli.main import app
+from inferplane.errors import InferplaneError
+from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S
+from inferplane.runtime.state import DEFAULT_STATE_DIR
+
+console = Console()
+
+
+def print_status(status: dict[str, Any]) -> None:
+    """The instance table plus the gateway URL (shared by `up` and `status`)."""
+    table = Table(title=f"fleet ({status.get('phase', '?')})", title_justify="left")
+    for column in ("instance", "model", "state", "pid", "port", "restarts"):
+        table.add_column(column, overflow="fold")
+    for inst in status.get("instances", []):
+        table.add_row(
+            inst["name"], inst["model"], inst["state"], str(inst["pid"] or "-"),
+            str(inst["port"]), str(inst["restarts"]),
+        )
+    for ep in status.get("endpoint_models", []):
+        table.add_row("(endpoint)", ep["model"], "external", "-", ", ".join(ep["endpoints"]), "-")
+    console.print(table)
+    console.print(f"gateway: {status['gateway']['url']}/v1", highlight=False)
+    failed = [i for i in status.get("instances", []) if i["state"] == "failed"]
+    for inst in failed:
+        console.print(f"[red]{inst['name']} failed:[/] {inst['last_error']}", highlight=False)
+
+
+@app.command()
+def up(
+    fleet: Path = typer.Argument(..., help="Fleet file (see docs/fleet-file.md)."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background."),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Pid file, state.json and logs."),
+    grace_period_s: float = typer.Option(
+        DEFAULT_GRACE_PERIOD_S, help="How long in-flight requests may finish on stop (P27)."
+    ),
+    gateway_port: int | None = typer.Option(
+        None, help="Gateway port (default: the fleet's gateway.port; 0 = any free port)."
+    ),
+    ready_timeout_s: float = typer.Option(600.0, help="With --detach: wait this long."),
+) -> None:
+    """Start every engine instance of FLEET and the gateway; Ctrl-C drains and stops."""
+    from inferplane.runtime import control
+    from inferplane.runtime.runner import RuntimeOptions
+    from inferplane.spec import load_fleet
+
+    spec = load_fleet(fleet)
+    from inferplane.runtime.instances import refuse_unplanned
+
+    refuse_unplanned(spec)
+    if grace_period_s < 0:
+        raise InferplaneError(
+            "grace period cannot be negative", field="--grace-period-s",
+            value=grace_period_s, fix="use 0 (stop at once) or more seconds",
+        )
+    state = control.resolve_state_dir(state_dir)
+    if detach:
+        other = state.running_pid()
+        if other is not None:
+            raise InferplaneError(
+                f"a fleet is already running from this state directory (pid {other})",
+                field="--state-dir", value=str(state.path),
+                fix="stop it with `inferplane down`, or pass another --state-dir",
+            )
+        argv = [
+            *control.python_argv(), "up", str(fleet.resolve()), "--state-dir", str(state.path),
+            "--grace-period-s", str(grace_period_s),
+        ]
+        if gateway_port is not None:
+            argv += ["--gateway-port", str(gateway_port)]
+        pid = control.spawn_detached(argv, state)
+        status = control.wait_detached_ready(state, pid, ready_timeout_s)
+        print_status(status)
+        console.print(
+            f"running in the background (pid {pid}); stop with `inferplane down"
+            + ("" if state_dir == DEFAULT_STATE_DIR else f" --state-dir {state_dir}") + "`",
+            highlight=False,
+        )
+        return
+    options = RuntimeOptions(
+        state_dir=state.path, grace_period_s=grace_period_s, gateway_port=gateway_port,
+        fleet_path=str(fleet.resolve()),
+    )
+
+    def on_ready(status: dict[str, Any]) -> None:
+        print_status(status)
+        console.print("serving; Ctrl-C drains and stops (twice forces)", highlight=False)
+        sys.stdout.flush()
+
+    code = asyncio.run(control.run_foreground(spec, options, on_ready))
+    raise typer.Exit(code)
+
+
+

@@ -1,0 +1,655 @@
+"""The ASGI application: OpenAI API surface, admission, routing and the streaming proxy.
+
+Raw ASGI on purpose: the proxy path is a few hundred microseconds of Python per request
+and a framework's request/response objects would be a large share of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from inferplane.gateway.accesslog import AccessLog
+from inferplane.gateway.admission import BATCH, INTERACTIVE, QueueFull, QueueTimeout
+from inferplane.gateway.backend import Backend
+from inferplane.gateway.config import GatewayConfig, ModelRoute
+from inferplane.gateway.errors import ClientError, error_body, sse_error_event
+from inferplane.gateway.metrics import GatewayMetrics
+from inferplane.gateway.monitor import Monitor
+from inferplane.gateway.pool import Pool
+from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
+from inferplane.gateway.scorers import RouteContext
+from inferplane.gateway.state import GatewayState
+from inferplane.gateway.upstream import (
+    Connection,
+    UpstreamBodyError,
+    UpstreamClient,
+    UpstreamError,
+)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# Model-addressed vLLM endpoints the gateway routes by the body's "model" field.
+MODEL_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/responses",
+        "/v1/rerank",
+        "/v2/rerank",
+        "/rerank",
+        "/v1/score",
+        "/score",
+        "/tokenize",
+        "/detokenize",
+        "/pooling",
+        "/classify",
+    }
+)
+_GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+_JSON = (b"content-type", b"application/json")
+_USAGE_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+_USAGE_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+
+
+def usage_from(data: bytes) -> tuple[int, int]:
+    """(prompt, completion) tokens from the last `"usage"` object in a body or stream tail."""
+    at = data.rfind(b'"usage"')
+    if at < 0:
+        return 0, 0
+    tail = data[at:]
+    p = _USAGE_PROMPT.search(tail)
+    c = _USAGE_COMPLETION.search(tail)
+    return (int(p.group(1)) if p else 0, int(c.group(1)) if c else 0)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+class _Record:
+    """What one request did; filled in as it goes so a cancelled request still logs."""
+
+    __slots__ = (
+        "backend",
+        "completion_tokens",
+        "disconnected",
+        "finished",
+        "prompt_tokens",
+        "queue_wait",
+        "retries",
+        "started",
+        "status",
+        "ttft",
+    )
+
+    def __init__(self) -> None:
+        self.backend: Backend | None = None
+        self.status = 0
+        self.ttft = 0.0
+        self.queue_wait = 0.0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.retries = 0
+        self.started = False  # response headers sent to the client
+        self.finished = False  # final body message being sent: a disconnect is normal now
+        self.disconnected = False
+
+
+async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any], rec: _Record) -> None:
+    # After the request body, receive() only returns when the client goes away (or, with
+    # uvicorn, once the response is complete; `finished` tells the two apart).
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not rec.finished:
+                rec.disconnected = True
+                task.cancel()
+            return
+
+
+class GatewayApp:
+    """The gateway as an ASGI application. Build with `build_app(config)`; change
+    replicas at run time through `app.state` (a `GatewayState`)."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.metrics = GatewayMetrics(self._live_series)
+        self.state = GatewayState(config, on_unusable=self._count_unusable)
+        self.access_log = AccessLog(config.access_log_path) if config.access_log else None
+        self._session: aiohttp.ClientSession | None = None
+        self.monitor = Monitor(
+            self.state,
+            self.session,
+            config.engine_metrics_interval_s,
+            config.health_interval_s,
+        )
+        self._rid_prefix = os.urandom(4).hex() + "-"
+        self._rid_seq = itertools.count(1)
+        self._priority_header = config.priority_header.lower().encode()
+        self._upstream = UpstreamClient()
+        self._models_body = self._render_models()
+        self._started = False
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def session(self) -> aiohttp.ClientSession:
+        """aiohttp for the monitor's probes (cold path); proxying uses `UpstreamClient`."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            )
+        return self._session
+
+    async def startup(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self.session()
+        self.monitor.start()
+        if self.access_log is not None:
+            self.access_log.start()
+
+    async def shutdown(self) -> None:
+        await self.monitor.stop()
+        if self.access_log is not None:
+            await self.access_log.stop()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._upstream.close()
+        self._started = False
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # ---- dispatch --------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path = scope["path"]
+            method = scope["method"]
+            if path in MODEL_PATHS:
+                if method == "POST":
+                    if not self._started:
+                        await self.startup()  # embedded without lifespan events
+                    await self._proxy(scope, receive, send, path)
+                else:
+                    await self._respond(send, 405, error_body(405, "use POST"), b"")
+            elif method == "GET" and path == "/v1/models":
+                await self._respond(send, 200, self._models_body, b"")
+            elif method == "GET" and path == "/health":
+                await self._respond(send, 200, b'{"status":"ok"}', b"")
+            elif method == "GET" and path == "/ready":
+                await self._ready(send)
+            elif method == "GET" and path == "/metrics":
+                await self._respond(
+                    send, 200, self.metrics.render(), b"", b"text/plain; version=0.0.4"
+                )
+            else:
+                await self._respond(
+                    send, 404, error_body(404, f"no route for {method} {path}"), b""
+                )
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    @staticmethod
+    async def _respond(
+        send: Send,
+        status: int,
+        body: bytes,
+        rid: bytes,
+        content_type: bytes = b"application/json",
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
+        if rid:
+            headers.append((b"x-request-id", rid))
+        if extra:
+            headers.extend(extra)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _render_models(self) -> bytes:
+        created = int(time.time())
+        data = [
+            {"id": name, "object": "model", "created": created, "owned_by": "inferplane"}
+            for name in self.state.client_names()
+        ]
+        return orjson.dumps({"object": "list", "data": data})
+
+    async def _ready(self, send: Send) -> None:
+        missing = [name for name, pool in self.state.pools.items() if not pool.any_routable()]
+        if missing:
+            body = orjson.dumps({"status": "not ready", "models_without_replicas": missing})
+            await self._respond(send, 503, body, b"")
+        else:
+            await self._respond(send, 200, b'{"status":"ready"}', b"")
+
+    def _live_series(self) -> Iterator[tuple[str, str, int, int]]:
+        for name, pool in self.state.pools.items():
+            depth = len(pool.queue)
+            if not pool.backends:
+                yield name, "-", 0, depth
+            for b in pool.backends:
+                yield name, b.url, b.outstanding, depth
+
+    def _count_unusable(self, backend: Backend, reason: str) -> None:
+        self.metrics.engine_unusable.labels(backend.url, reason).inc()
+
+    # ---- the proxy path ----------------------------------------------------------------
+
+    async def _proxy(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        rid: bytes | None = None
+        priority = INTERACTIVE
+        auth: bytes | None = None
+        length: bytes | None = None
+        priority_header = self._priority_header
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                length = value
+            elif name == b"x-request-id":
+                rid = value if 0 < len(value) <= 128 else None
+            elif name == b"authorization":
+                auth = value
+            elif name == priority_header:
+                priority = BATCH if value.lower() == b"batch" else INTERACTIVE
+        if rid is None:
+            rid = (self._rid_prefix + str(next(self._rid_seq))).encode()
+
+        try:
+            body = await self._read_body(receive, length)
+            data = parse_body(body, path)
+        except ClientError as exc:
+            await self._reject(send, exc.status, exc.message, rid, "-", exc.param)
+            return
+        model = data["model"]
+        pool = self.state.resolve(model)
+        if pool is None:
+            await self._reject(send, 404, f"The model `{model}` does not exist.", rid, "-", "model")
+            return
+        lane = pool.route.long_prompt_lane
+        if lane is not None and estimate_prompt_tokens(body) > lane.threshold_tokens:
+            pool = self.state.pools[lane.model]
+        route = pool.route
+        try:
+            body = self._rewrite(data, body, model, route, path)
+        except ClientError as exc:
+            await self._reject(send, exc.status, exc.message, rid, route.name, exc.param)
+            return
+
+        ctx = RouteContext(
+            prefix_key(data, route.prefix_chars) if pool.uses_prefix else None,
+            _header(scope, pool.session_header) if pool.uses_session else None,
+            t0,
+        )
+        rec = _Record()
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = loop.create_task(_watch_disconnect(receive, task, rec))
+        try:
+            backend = pool.try_acquire(ctx)
+            if backend is None:
+                backend = await self._admit(pool, ctx, priority, send, rid, rec)
+                if backend is None:
+                    return
+            rec.backend = backend
+            rec.queue_wait = loop.time() - t0
+            await self._forward(pool, path, body, data.get("stream") is True, rid, auth, rec, send)
+        except asyncio.CancelledError:
+            if not rec.disconnected:
+                raise
+            task.uncancel()
+            rec.status = 499  # client closed the request; the upstream was cancelled
+        finally:
+            rec.finished = True
+            if not watcher.done():
+                watcher.cancel()
+            if rec.backend is not None:
+                pool.release(rec.backend)
+            self._account(route, rec, loop.time() - t0, rid)
+
+    async def _read_body(self, receive: Receive, length: bytes | None) -> bytes:
+        limit = self.config.max_body_bytes
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                raise ClientError(400, "Content-Length is not a number") from None
+            if declared > limit:
+                raise ClientError(413, self._too_large())
+        message = await receive()
+        body: bytes = message.get("body", b"")
+        if not message.get("more_body", False):
+            if len(body) > limit:
+                raise ClientError(413, self._too_large())
+            return body
+        chunks = [body]
+        size = len(body)
+        while message.get("more_body", False):
+            message = await receive()
+            if message["type"] != "http.request":
+                raise ClientError(400, "client closed the connection while sending the body")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise ClientError(413, self._too_large())
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _too_large(self) -> str:
+        limit = self.config.max_body_bytes
+        return f"request body exceeds the gateway limit of {limit} bytes ({limit / 2**20:g} MiB)"
+
+    @staticmethod
+    def _rewrite(
+        data: dict[str, Any], body: bytes, model: str, route: ModelRoute, path: str
+    ) -> bytes:
+        """Apply the served-name map and the max_tokens cap; re-encode only when needed."""
+        changed = False
+        if route.upstream_name != model:
+            data["model"] = route.upstream_name
+            changed = True
+        cap = route.max_tokens_cap
+        if cap is not None and path in _GENERATION_PATHS:
+            present = False
+            for key in ("max_tokens", "max_completion_tokens"):
+                value = data.get(key)
+                if value is None:
+                    continue
+                present = True
+                if value > cap:
+                    if route.max_tokens_mode == "reject":
+                        raise ClientError(
+                            400, f"'{key}' is {value}, above this model's cap of {cap}", key
+                        )
+                    data[key] = cap
+                    changed = True
+            if not present:
+                data["max_tokens"] = cap
+                changed = True
+        return orjson.dumps(data) if changed else body
+
+    async def _admit(
+        self, pool: Pool, ctx: RouteContext, priority: int, send: Send, rid: bytes, rec: _Record
+    ) -> Backend | None:
+        route = pool.route
+        retry_after = [(b"retry-after", str(route.admission.retry_after_s).encode())]
+        if not pool.any_routable():
+            message = f"no ready replica for model `{route.name}`; retry later"
+            status = 503
+        else:
+            try:
+                return await pool.queue.wait(priority, ctx)
+            except QueueFull:
+                message = f"queue for model `{route.name}` is full; retry later"
+                status = 429
+            except QueueTimeout:
+                wait = route.admission.max_queue_wait_s
+                message = f"no replica of model `{route.name}` freed up within {wait:g} s"
+                status = 503
+        rec.status = status
+        rec.finished = True
+        await self._respond(send, status, error_body(status, message), rid, extra=retry_after)
+        return None
+
+    async def _forward(
+        self,
+        pool: Pool,
+        path: str,
+        body: bytes,
+        stream: bool,
+        rid: bytes,
+        auth: bytes | None,
+        rec: _Record,
+        send: Send,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        route = pool.route
+        timeouts = route.timeouts
+        upstream = self._upstream
+        t_sent = loop.time()
+        total_deadline = t_sent + timeouts.total_s
+        # Non-streaming responses only start when generation ends: total bounds them.
+        first_deadline = (
+            min(t_sent + timeouts.first_token_s, total_deadline) if stream else total_deadline
+        )
+        backend = rec.backend
+        assert backend is not None
+        tried: list[Backend] = []
+        try:
+            async with asyncio.timeout_at(first_deadline) as deadline:
+                while True:
+                    if backend.api_key:
+                        auth_line = b"Authorization: Bearer " + backend.api_key.encode() + b"\r\n"
+                    elif auth is not None:
+                        auth_line = b"Authorization: " + auth + b"\r\n"
+                    else:
+                        auth_line = b""
+                    failure: str | None = None
+                    error_payload: tuple[int, bytes, bytes] | None = None
+                    try:
+                        conn = await upstream.post(
+                            backend.url,
+                            path,
+                            body,
+                            b"X-Request-ID: " + rid + b"\r\n" + auth_line,
+                            timeouts.connect_s,
+                        )
+                    except UpstreamError as exc:
+                        failure = f"replica {backend.url} unreachable: {exc}"
+                    else:
+                        if conn.status >= 500 and len(tried) < route.retries:
+                            try:
+                                payload = await conn.read_all()
+                            except UpstreamBodyError:
+                                payload = b""
+                            finally:
+                                conn.release()
+                            failure = f"replica {backend.url} answered {conn.status}"
+                            error_payload = (conn.status, payload, conn.content_type)
+                    if failure is None:
+                        break
+                    self._failed(pool, backend)
+                    tried.append(backend)
+                    nxt = pool.try_acquire(RouteContext(now=loop.time()), exclude=tried)
+                    if nxt is None or len(tried) > route.retries:
+                        if nxt is not None:
+                            pool.release(nxt)
+                        await self._upstream_failed(send, rid, rec, failure, error_payload)
+                        return
+                    pool.release(backend)
+                    rec.backend = backend = nxt
+                    rec.retries += 1
+                    self.metrics.retries.labels(route.name).inc()
+
+                status = conn.status
+                rec.status = status
+                if stream and status == 200:
+                    await self._relay_stream(
+                        conn, send, rid, rec, deadline, t_sent, timeouts.idle_s,
+                        total_deadline, pool,
+                    )  # fmt: skip
+                    return
+                try:
+                    payload = await conn.read_all()
+                except UpstreamBodyError:
+                    conn.close()
+                    self._failed(pool, backend)
+                    await self._upstream_failed(
+                        send, rid, rec, f"replica {backend.url} failed while responding", None
+                    )
+                    return
+                except BaseException:
+                    conn.close()  # cancelled or timed out: drop the upstream connection
+                    raise
+                rec.ttft = loop.time() - t_sent
+                conn.release()
+                if status < 500:
+                    backend.consecutive_failures = 0
+                else:
+                    self._failed(pool, backend)
+                if status == 200:
+                    rec.prompt_tokens, rec.completion_tokens = usage_from(payload)
+                rec.finished = True
+                await self._respond(send, status, payload, rid, conn.content_type or _JSON[1])
+        except TimeoutError:
+            message = f"upstream timed out (model `{route.name}`)"
+            rec.finished = True
+            if rec.started:
+                await send({"type": "http.response.body", "body": sse_error_event(504, message)})
+            else:
+                rec.status = 504
+                await self._respond(send, 504, error_body(504, message), rid)
+
+    async def _relay_stream(
+        self,
+        conn: Connection,
+        send: Send,
+        rid: bytes,
+        rec: _Record,
+        deadline: asyncio.Timeout,
+        t_sent: float,
+        idle_s: float,
+        total_deadline: float,
+        pool: Pool,
+    ) -> None:
+        """Pass SSE bytes through as they arrive; never buffer or re-frame events."""
+        loop = asyncio.get_running_loop()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", conn.content_type or b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-request-id", rid),
+                ],
+            }
+        )
+        rec.started = True
+        prev = last = b""
+        backend = rec.backend
+        assert backend is not None
+        try:
+            chunk = await conn.read_chunk()
+            rec.ttft = loop.time() - t_sent
+            while chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                prev, last = last, chunk
+                deadline.reschedule(min(loop.time() + idle_s, total_deadline))
+                chunk = await conn.read_chunk()
+        except UpstreamBodyError:
+            conn.close()
+            self._failed(pool, backend)
+            rec.status = 502
+            rec.finished = True
+            # Close a half-sent event first so the error event parses on its own.
+            tail = b"" if last.endswith(b"\n\n") or not last else b"\n\n"
+            message = f"replica {backend.url} failed mid-stream"
+            await send({"type": "http.response.body", "body": tail + sse_error_event(502, message)})
+            return
+        except BaseException:
+            conn.close()  # cancelled or timed out: drop the upstream connection
+            raise
+        conn.release()
+        backend.consecutive_failures = 0
+        rec.prompt_tokens, rec.completion_tokens = usage_from(prev + last)
+        rec.finished = True
+        await send({"type": "http.response.body", "body": b""})
+
+    def _failed(self, pool: Pool, backend: Backend) -> None:
+        """Passive health: eject after consecutive failures; the monitor readmits."""
+        backend.consecutive_failures += 1
+        if not backend.ejected and backend.consecutive_failures >= pool.route.eject_after_failures:
+            backend.ejected = True
+            self.metrics.ejections.labels(pool.route.name, backend.url).inc()
+
+    async def _upstream_failed(
+        self,
+        send: Send,
+        rid: bytes,
+        rec: _Record,
+        message: str,
+        payload: tuple[int, bytes, bytes] | None,
+    ) -> None:
+        rec.finished = True
+        if payload is not None:  # out of retries: pass the engine's own 5xx through
+            status, body, ctype = payload
+            rec.status = status
+            await self._respond(send, status, body, rid, ctype or _JSON[1])
+        else:
+            rec.status = 502
+            await self._respond(send, 502, error_body(502, message), rid)
+
+    async def _reject(
+        self, send: Send, status: int, message: str, rid: bytes, model: str, param: str | None
+    ) -> None:
+        await self._respond(send, status, error_body(status, message, param), rid)
+        self.metrics.series(model, "-").count(status)
+        if self.access_log is not None:
+            self.access_log.write(
+                {"request_id": rid.decode("latin-1"), "model": model, "status": status}
+            )
+
+    def _account(self, route: ModelRoute, rec: _Record, total: float, rid: bytes) -> None:
+        replica = rec.backend.url if rec.backend is not None else "-"
+        series = self.metrics.series(route.name, replica)
+        series.count(rec.status)
+        series.duration.observe(total)
+        if rec.ttft:
+            series.ttft.observe(rec.ttft)
+        self.metrics.observe_queue_wait(route.name, rec.queue_wait)
+        if rec.prompt_tokens or rec.completion_tokens:
+            self.metrics.add_tokens(route.name, rec.prompt_tokens, rec.completion_tokens)
+        if self.access_log is not None:
+            self.access_log.write(
+                {
+                    "request_id": rid.decode("latin-1"),
+                    "model": route.name,
+                    "replica": replica,
+                    "status": rec.status,
+                    "prompt_tokens": rec.prompt_tokens,
+                    "completion_tokens": rec.completion_tokens,
+                    "queue_wait_s": round(rec.queue_wait, 6),
+                    "upstream_ttft_s": round(rec.ttft, 6),
+                    "total_s": round(total, 6),
+                    "retries": rec.retries,
+                }
+            )
+
+
+def build_app(config: GatewayConfig) -> GatewayApp:
+    """The gateway's ASGI application; `app.state` changes backends at run time."""
+    return GatewayApp(config)

@@ -1,0 +1,58 @@
+"""A replica the gateway can send requests to, with the live counters balancing reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class EngineLoad:
+    """One reading of a replica's vLLM `/metrics` (see `engine_metrics.py`)."""
+
+    waiting: float
+    running: float
+    kv_usage: float  # fraction 0..1
+    awake: bool
+    read_at: float  # loop time of the reading
+
+
+class Backend:
+    """A replica of one model: its base URL (without `/v1`) plus mutable routing state.
+
+    The runtime creates these and hands them to `GatewayState.set_backends`; the gateway
+    updates `outstanding`, `consecutive_failures`, `ejected` and `engine` in place.
+    """
+
+    __slots__ = (
+        "api_key",
+        "consecutive_failures",
+        "ejected",
+        "engine",
+        "max_concurrency",
+        "outstanding",
+        "ready",
+        "url",
+    )
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        ready: bool = True,
+        max_concurrency: int | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.ready = ready
+        self.max_concurrency = max_concurrency  # None: the model's default cap
+        self.api_key = api_key
+        self.outstanding = 0
+        self.consecutive_failures = 0
+        self.ejected = False
+        self.engine: EngineLoad | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Backend({self.url!r}, ready={self.ready}, outstanding={self.outstanding}, "
+            f"ejected={self.ejected})"
+        )

@@ -1,0 +1,233 @@
+"""The gateway's own configuration types.
+
+The gateway does not read the fleet file itself: `inferplane.gateway.fleet` turns a fleet
+spec into a `GatewayConfig`, and the runtime may build one directly. Keeping these types
+small and frozen means the hot path reads plain attributes, never pydantic models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from inferplane.errors import InferplaneError
+
+# Names of the scorers a model's routing chain may use (see `scorers.py`).
+SCORER_NAMES = ("least_outstanding", "engine_metrics", "prefix_affinity", "session_affinity")
+
+MaxTokensMode = Literal["clamp", "reject"]
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Upstream timeouts for one model. Generous by default: long generations are healthy (P40).
+
+    `first_token_s` bounds the wait for the first body byte of a *streaming* response;
+    non-streaming responses only arrive when generation ends, so `total_s` bounds them.
+    """
+
+    connect_s: float = 10.0
+    first_token_s: float = 300.0
+    idle_s: float = 120.0
+    total_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect_s", "first_token_s", "idle_s", "total_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise InferplaneError(
+                    "timeout must be a positive number of seconds",
+                    field=f"timeouts.{name}",
+                    value=value,
+                    fix="use a value > 0",
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Bounded per-model queue used when every ready replica is at its concurrency cap (P37)."""
+
+    max_queue_depth: int = 512
+    max_queue_wait_s: float = 30.0
+    # Head start an interactive request gets over a batch one; a batch request that has
+    # waited longer than this overtakes new interactive arrivals, so batch never starves.
+    interactive_head_start_s: float = 2.0
+    retry_after_s: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_queue_depth < 0:
+            raise InferplaneError(
+                "queue depth cannot be negative",
+                field="admission.max_queue_depth",
+                value=self.max_queue_depth,
+                fix="use 0 (reject when full) or a positive number",
+            )
+        if not self.max_queue_wait_s > 0:
+            raise InferplaneError(
+                "queue wait must be positive",
+                field="admission.max_queue_wait_s",
+                value=self.max_queue_wait_s,
+                fix="use a value > 0 seconds",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class LongPromptLane:
+    """Send prompts estimated above `threshold_tokens` to another model's pool (P39)."""
+
+    threshold_tokens: int
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """One client-facing model and how to reach and balance its replicas."""
+
+    name: str
+    endpoints: tuple[str, ...] = ()
+    served_name: str | None = None  # the engine's --served-model-name when it differs
+    aliases: tuple[str, ...] = ()
+    scorers: tuple[str, ...] = ("least_outstanding",)
+    max_concurrency_per_replica: int = 256  # vLLM's default max_num_seqs
+    max_tokens_cap: int | None = None
+    max_tokens_mode: MaxTokensMode = "clamp"
+    long_prompt_lane: LongPromptLane | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    admission: Admission = field(default_factory=Admission)
+    retries: int = 2
+    eject_after_failures: int = 3
+    session_header: str = "x-session-id"  # read by session affinity
+    prefix_chars: int = 256  # leading prompt characters hashed by prefix affinity
+    prefix_load_factor: float = 1.25  # bounded-load factor for prefix affinity
+
+    def __post_init__(self) -> None:
+        for scorer in self.scorers:
+            if scorer not in SCORER_NAMES:
+                raise InferplaneError(
+                    "unknown routing scorer",
+                    field=f"models.{self.name}.routing.scorers",
+                    value=scorer,
+                    fix=f"use some of {', '.join(SCORER_NAMES)}",
+                )
+        if self.max_concurrency_per_replica < 1:
+            raise InferplaneError(
+                "concurrency cap must be at least 1",
+                field=f"models.{self.name}.max_concurrency_per_replica",
+                value=self.max_concurrency_per_replica,
+                fix="use the engine's max_num_seqs",
+            )
+        if self.max_tokens_mode not in ("clamp", "reject"):
+            raise InferplaneError(
+                "unknown max_tokens mode",
+                field=f"models.{self.name}.max_tokens_mode",
+                value=self.max_tokens_mode,
+                fix="use 'clamp' or 'reject'",
+            )
+        if self.prefix_load_factor <= 1.0:
+            raise InferplaneError(
+                "prefix load factor must exceed 1.0",
+                field=f"models.{self.name}.prefix_load_factor",
+                value=self.prefix_load_factor,
+                fix="use e.g. 1.25 (a replica takes at most 25% more than the average load)",
+            )
+
+    @property
+    def upstream_name(self) -> str:
+        return self.served_name or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedTarget:
+    model: str
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedRoute:
+    """A client-facing name split over versions (ModelRoutes) by weight (canary, P43).
+    The name may be one of the models' own names; the route then takes precedence."""
+
+    name: str
+    targets: tuple[WeightedTarget, ...]
+
+    def __post_init__(self) -> None:
+        if not self.targets or any(t.weight < 0 for t in self.targets):
+            raise InferplaneError(
+                "a weighted route needs targets with non-negative weights",
+                field=f"routes.{self.name}",
+                value=[(t.model, t.weight) for t in self.targets],
+                fix="list at least one target model with weight >= 0",
+            )
+        if sum(t.weight for t in self.targets) <= 0:
+            raise InferplaneError(
+                "weights of a route sum to zero",
+                field=f"routes.{self.name}",
+                value=[t.weight for t in self.targets],
+                fix="give at least one target a positive weight",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Everything `build_app` needs. Backends may be static (`ModelRoute.endpoints`) or set
+    at run time with `GatewayState.set_backends`."""
+
+    models: tuple[ModelRoute, ...] = ()
+    routes: tuple[WeightedRoute, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 32 * 1024 * 1024
+    access_log: bool = True
+    access_log_path: str | None = None  # None: stderr
+    priority_header: str = "x-priority"  # "batch" queues behind interactive traffic
+    engine_metrics_interval_s: float = 1.0
+    engine_metrics_stale_after_s: float = 5.0
+    health_interval_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        seen: dict[str, str] = {}
+        for route in self.models:
+            for name in (route.name, *route.aliases):
+                if name in seen:
+                    raise InferplaneError(
+                        "model name or alias is used twice",
+                        field="models",
+                        value=name,
+                        fix=f"rename it; it already names model {seen[name]!r}",
+                    )
+                seen[name] = route.name
+        route_names: set[str] = set()
+        for wroute in self.routes:
+            # A route may reuse a model's name: it then splits that name's traffic.
+            if wroute.name in route_names:
+                raise InferplaneError(
+                    "two weighted routes share a name",
+                    field=f"routes.{wroute.name}",
+                    value=wroute.name,
+                    fix="merge them into one route",
+                )
+            route_names.add(wroute.name)
+            for target in wroute.targets:
+                if target.model not in {m.name for m in self.models}:
+                    raise InferplaneError(
+                        "weighted route points at an unknown model",
+                        field=f"routes.{wroute.name}",
+                        value=target.model,
+                        fix="name a model defined under models:",
+                    )
+        for route in self.models:
+            lane = route.long_prompt_lane
+            if lane is not None and lane.model not in {m.name for m in self.models}:
+                raise InferplaneError(
+                    "long-prompt lane points at an unknown model",
+                    field=f"models.{route.name}.long_prompt_lane.model",
+                    value=lane.model,
+                    fix="name a model defined under models:",
+                )
+        if self.max_body_bytes < 1024:
+            raise InferplaneError(
+                "body limit is too small",
+                field="gateway.max_body_bytes",
+                value=self.max_body_bytes,
+                fix="use at least 1024 bytes (default 32 MiB)",
+            )

@@ -1,0 +1,46 @@
+"""OpenAI-shaped error bodies, as vLLM's server returns them."""
+
+from __future__ import annotations
+
+import orjson
+
+_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    413: "BadRequestError",
+    429: "RateLimitError",
+    499: "ClientClosedRequest",
+    500: "InternalServerError",
+    502: "BadGatewayError",
+    503: "ServiceUnavailableError",
+    504: "GatewayTimeoutError",
+}
+
+
+class ClientError(Exception):
+    """A request the gateway refuses before routing (4xx)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+
+def error_body(status: int, message: str, param: str | None = None) -> bytes:
+    """`{"error": {"message", "type", "param", "code"}}` as bytes."""
+    return orjson.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": _TYPES.get(status, "APIError"),
+                "param": param,
+                "code": status,
+            }
+        }
+    )
+
+
+def sse_error_event(status: int, message: str) -> bytes:
+    """The final event of a stream the gateway had to end, followed by `[DONE]` as vLLM does."""
+    return b"data: " + error_body(status, message) + b"\n\ndata: [DONE]\n\n"

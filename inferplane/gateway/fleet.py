@@ -1,0 +1,70 @@
+"""The one adapter from the fleet file (`inferplane.spec`) to the gateway's own config."""
+
+from __future__ import annotations
+
+from inferplane.gateway.config import (
+    Admission,
+    GatewayConfig,
+    ModelRoute,
+    Timeouts,
+    WeightedRoute,
+    WeightedTarget,
+)
+from inferplane.spec import FleetSpec, ModelSpec
+from inferplane.spec.gateway import GatewayTimeouts
+
+# A fleet `routing.policy` is a preset chain of scorers; least-outstanding breaks ties.
+POLICY_SCORERS: dict[str, tuple[str, ...]] = {
+    "least_outstanding": ("least_outstanding",),
+    "engine_metrics": ("engine_metrics", "least_outstanding"),
+    "prefix_affinity": ("prefix_affinity", "least_outstanding"),
+    "session_affinity": ("session_affinity", "least_outstanding"),
+}
+
+
+def _timeouts(model: ModelSpec, defaults: GatewayTimeouts) -> Timeouts:
+    own = model.timeouts
+    return Timeouts(
+        connect_s=(own and own.connect_s) or defaults.connect_s,
+        first_token_s=(own and own.first_byte_s) or defaults.first_byte_s,
+        idle_s=(own and own.idle_s) or defaults.idle_s,
+        total_s=(own and own.total_s) or defaults.total_s,
+    )
+
+
+def model_route(model: ModelSpec, defaults: GatewayTimeouts) -> ModelRoute:
+    cap = model.max_tokens_cap
+    return ModelRoute(
+        name=model.name,
+        endpoints=tuple(model.endpoints or ()),
+        served_name=model.engine_model_name if model.engine_model_name != model.name else None,
+        aliases=tuple(model.aliases),
+        scorers=POLICY_SCORERS[model.routing.policy],
+        session_header=model.routing.session_header,
+        max_concurrency_per_replica=model.max_num_seqs or 256,
+        max_tokens_cap=cap.limit if cap is not None else None,
+        max_tokens_mode=cap.action if cap is not None else "clamp",
+        timeouts=_timeouts(model, defaults),
+        admission=Admission(
+            max_queue_depth=model.routing.max_queue_depth,
+            max_queue_wait_s=model.routing.max_queue_wait_s,
+        ),
+    )
+
+
+def gateway_config_from_fleet(fleet: FleetSpec) -> GatewayConfig:
+    """Models with `endpoints:` get static backends; placed models start with none and
+    receive theirs from the runtime via `GatewayState.set_backends`."""
+    gw = fleet.gateway
+    return GatewayConfig(
+        models=tuple(model_route(m, gw.timeouts) for m in fleet.models),
+        routes=tuple(
+            WeightedRoute(
+                r.model, tuple(WeightedTarget(b.target, float(b.weight)) for b in r.backends)
+            )
+            for r in fleet.routes
+        ),
+        host=gw.host,
+        port=gw.port,
+        max_body_bytes=int(gw.max_body_mib * 2**20),
+    )

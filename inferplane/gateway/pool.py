@@ -1,0 +1,141 @@
+"""The replicas of one model: candidate filtering, scorer chain, admission queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+from inferplane.gateway.admission import AdmissionQueue
+from inferplane.gateway.backend import Backend
+from inferplane.gateway.config import ModelRoute
+from inferplane.gateway.scorers import (
+    EngineMetricsScorer,
+    LeastOutstanding,
+    OnUnusable,
+    PrefixAffinity,
+    RouteContext,
+    Scorer,
+    SessionAffinity,
+    pick_best,
+)
+
+
+class NoReplica(Exception):
+    """No replica of the model is ready (-> 503)."""
+
+
+def build_scorers(
+    route: ModelRoute, stale_after_s: float, on_unusable: OnUnusable | None
+) -> list[Scorer]:
+    chain: list[Scorer] = []
+    for name in route.scorers:
+        if name == "least_outstanding":
+            chain.append(LeastOutstanding(route.max_concurrency_per_replica))
+        elif name == "engine_metrics":
+            chain.append(EngineMetricsScorer(stale_after_s, on_unusable))
+        elif name == "prefix_affinity":
+            chain.append(PrefixAffinity(route.prefix_load_factor))
+        elif name == "session_affinity":
+            chain.append(SessionAffinity())
+    return chain
+
+
+class Pool:
+    def __init__(
+        self,
+        route: ModelRoute,
+        stale_after_s: float = 5.0,
+        on_unusable: OnUnusable | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.route = route
+        self.cap = route.max_concurrency_per_replica
+        self.scorers = build_scorers(route, stale_after_s, on_unusable)
+        self.uses_prefix = "prefix_affinity" in route.scorers
+        self.uses_session = "session_affinity" in route.scorers
+        self.uses_engine_metrics = "engine_metrics" in route.scorers
+        self.session_header = route.session_header.lower().encode()
+        adm = route.admission
+        self.queue: AdmissionQueue[Backend] = AdmissionQueue(
+            adm.max_queue_depth,
+            adm.max_queue_wait_s,
+            adm.interactive_head_start_s,
+            on_abandoned=self.release,
+            clock=clock,
+        )
+        self.backends: list[Backend] = []
+        self._turn = 0
+        self.set_backends([Backend(url) for url in route.endpoints])
+
+    def set_backends(self, backends: Sequence[Backend]) -> None:
+        """Replace the replica set. A URL already present keeps its live counters, so
+        requests in flight release the same object they acquired."""
+        current = {b.url: b for b in self.backends}
+        merged: list[Backend] = []
+        for new in backends:
+            old = current.get(new.url)
+            if old is not None:
+                old.ready = new.ready
+                old.max_concurrency = new.max_concurrency
+                old.api_key = new.api_key
+                merged.append(old)
+            else:
+                merged.append(new)
+        self.backends = merged
+        urls = [b.url for b in merged]
+        for scorer in self.scorers:
+            if isinstance(scorer, PrefixAffinity | SessionAffinity):
+                scorer.set_pool(urls)
+        self.drain()
+
+    def routable(self, b: Backend) -> bool:
+        return b.ready and not b.ejected and (b.engine is None or b.engine.awake)
+
+    def any_routable(self) -> bool:
+        return any(self.routable(b) for b in self.backends)
+
+    def candidates(self, exclude: Collection[Backend] = ()) -> list[Backend]:
+        cap = self.cap
+        return [
+            b
+            for b in self.backends
+            if b.ready
+            and not b.ejected
+            and b.outstanding < (b.max_concurrency or cap)
+            and (b.engine is None or b.engine.awake)
+            and b not in exclude
+        ]
+
+    def try_acquire(self, ctx: RouteContext, exclude: Collection[Backend] = ()) -> Backend | None:
+        """Reserve a slot on the best candidate now, or None when all are full/unready."""
+        cands = self.candidates(exclude)
+        if not cands:
+            return None
+        self._turn += 1
+        b = pick_best(cands, self.scorers, ctx, self._turn)
+        b.outstanding += 1
+        return b
+
+    async def acquire(self, ctx: RouteContext, priority: int) -> Backend:
+        """A reserved replica; queues when all are at their cap. Raises NoReplica,
+        QueueFull or QueueTimeout."""
+        b = self.try_acquire(ctx)
+        if b is not None:
+            return b
+        if not self.any_routable():
+            raise NoReplica
+        return await self.queue.wait(priority, ctx)
+
+    def release(self, b: Backend) -> None:
+        b.outstanding -= 1
+        if len(self.queue):
+            self.drain()
+
+    def drain(self) -> None:
+        """Hand free slots to queued requests, best waiter first."""
+        queue = self.queue
+        while (waiter := queue.head()) is not None:
+            ctx = waiter.ctx if isinstance(waiter.ctx, RouteContext) else RouteContext()
+            b = self.try_acquire(ctx)
+            if b is None:
+                return
+            queue.grant(waiter, b)

@@ -1,0 +1,101 @@
+"""Live routing state: client-facing names -> pools, weighted versions, backend sets.
+
+This is the object the runtime holds to change backends without a restart:
+
+    state.set_backends("llama-8b", [Backend("http://127.0.0.1:8001", ready=True)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from inferplane.errors import InferplaneError
+from inferplane.gateway.backend import Backend
+from inferplane.gateway.config import GatewayConfig, WeightedRoute, WeightedTarget
+from inferplane.gateway.pool import Pool
+from inferplane.gateway.scorers import OnUnusable
+
+
+class WeightedChooser:
+    """Smooth weighted round robin (as nginx does it): exact shares over any window of
+    sum-of-weights picks, deterministic, no randomness to drift."""
+
+    def __init__(self, targets: Sequence[WeightedTarget]) -> None:
+        self.names = [t.model for t in targets]
+        self.weights = [float(t.weight) for t in targets]
+        self.total = sum(self.weights)
+        self.current = [0.0] * len(targets)
+
+    def choose(self) -> str:
+        best = 0
+        current = self.current
+        for i, w in enumerate(self.weights):
+            current[i] += w
+            if current[i] > current[best]:
+                best = i
+        current[best] -= self.total
+        return self.names[best]
+
+
+class GatewayState:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        on_unusable: OnUnusable | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config
+        self.pools: dict[str, Pool] = {
+            m.name: Pool(m, config.engine_metrics_stale_after_s, on_unusable, clock)
+            for m in config.models
+        }
+        self._by_name: dict[str, Pool] = {}
+        for m in config.models:
+            for name in (m.name, *m.aliases):
+                self._by_name[name] = self.pools[m.name]
+        self._weighted: dict[str, WeightedChooser] = {
+            r.name: WeightedChooser(r.targets) for r in config.routes
+        }
+
+    def resolve(self, name: str) -> Pool | None:
+        """The pool serving a client-facing name (model, alias or weighted route)."""
+        pool = self._by_name.get(name)
+        if self._weighted:
+            # A route named after a model also splits that model's aliases.
+            chooser = self._weighted.get(name if pool is None else pool.route.name)
+            if chooser is None and pool is not None:
+                chooser = self._weighted.get(name)
+            if chooser is not None:
+                return self.pools[chooser.choose()]
+        return pool
+
+    def client_names(self) -> list[str]:
+        return list(dict.fromkeys([*self._by_name, *self._weighted]))
+
+    def _pool(self, model: str) -> Pool:
+        pool = self.pools.get(model)
+        if pool is None:
+            raise InferplaneError(
+                "no such model in the gateway",
+                field="model",
+                value=model,
+                fix=f"use one of {', '.join(sorted(self.pools)) or '(none configured)'}",
+            )
+        return pool
+
+    def set_backends(self, model: str, backends: Sequence[Backend]) -> None:
+        """Replace the replicas of `model` (its canonical name) at run time."""
+        self._pool(model).set_backends(backends)
+
+    def backends(self, model: str) -> list[Backend]:
+        return list(self._pool(model).backends)
+
+    def clear_weights(self, route: str) -> None:
+        """Drop a weighted route; its name resolves as a plain model name again."""
+        self._weighted.pop(route, None)
+
+    def set_weights(self, route: str, targets: Sequence[WeightedTarget]) -> None:
+        """Hot-reload a weighted route's split (canary steps, P43)."""
+        for t in targets:
+            self._pool(t.model)
+        self._weighted[route] = WeightedChooser(WeightedRoute(route, tuple(targets)).targets)

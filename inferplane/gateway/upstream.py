@@ -1,0 +1,265 @@
+"""A lean HTTP/1.1 client for the proxy hot path: keep-alive pools per replica, httptools
+parsing, one write per request, body chunks handed over as they arrive.
+
+Measured against aiohttp's ClientSession on the gateway benchmark: a general-purpose
+client spends more per request (request objects, header multidicts, tracing, cookies)
+than the rest of the gateway together. Probes and other cold paths still use aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+# Buffered but unread body bytes above which we stop reading from the engine.
+_HIGH_WATER = 1 << 20
+
+
+class UpstreamError(Exception):
+    """No response started: connect failure, or the connection died before the status
+    line. Safe to retry on another replica."""
+
+
+class UpstreamBodyError(Exception):
+    """The connection failed after the response started (e.g. the engine died mid-stream)."""
+
+
+class Endpoint:
+    """Where a replica listens, parsed once."""
+
+    __slots__ = ("host", "host_header", "idle", "port", "ssl")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self.host = parts.hostname
+        self.ssl: ssl.SSLContext | None = (
+            ssl.create_default_context() if parts.scheme == "https" else None
+        )
+        self.port = parts.port or (443 if self.ssl else 80)
+        self.host_header = parts.netloc.encode("latin-1")
+        self.idle: deque[Connection] = deque()
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; carries one request at a time."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.error: BaseException | None = None
+        self._loop = asyncio.get_running_loop()
+        self._waiter: asyncio.Future[None] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.content_type = b""
+        self.headers_done = False
+        self.complete = False
+        self.got_data = False
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+
+    # -- asyncio.Protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.got_data = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(exc)
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete:
+            self._fail(exc or ConnectionResetError("upstream closed the connection"))
+
+    # -- httptools callbacks -------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"content-type":
+            self.content_type = value
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.headers_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()  # a slow client must not make us buffer a stream
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._wake()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- the request ---------------------------------------------------------------------
+
+    def send(self, head: bytes, body: bytes) -> None:
+        self._reset()
+        assert self.transport is not None
+        self.transport.write(head + body)
+
+    async def wait_headers(self) -> None:
+        while not self.headers_done:
+            if self.error is not None:
+                raise UpstreamError(str(self.error) or type(self.error).__name__)
+            await self._wait()
+
+    async def read_chunk(self) -> bytes:
+        """The next body bytes; b"" once the body is complete."""
+        while not self._chunks:
+            if self.complete:
+                return b""
+            if self.error is not None:
+                raise UpstreamBodyError(str(self.error) or type(self.error).__name__)
+            await self._wait()
+        chunk = self._chunks.popleft()
+        self._buffered -= len(chunk)
+        if self._paused and self._buffered < _HIGH_WATER // 2 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    async def read_all(self) -> bytes:
+        while not self.complete:
+            if self.error is not None:
+                raise UpstreamBodyError(str(self.error) or type(self.error).__name__)
+            await self._wait()
+        chunks = self._chunks
+        if len(chunks) == 1:
+            return chunks.popleft()
+        data = b"".join(chunks)
+        chunks.clear()
+        return data
+
+    def release(self) -> None:
+        """Back to the idle pool when the exchange finished cleanly, else closed."""
+        if self.complete and not self.closed and self.parser.should_keep_alive():
+            self.endpoint.idle.append(self)
+        else:
+            self.close()
+
+
+class UpstreamClient:
+    """Keep-alive connection pools keyed by replica URL (P42)."""
+
+    def __init__(self, connect_timeout_s: float = 10.0) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self._endpoints: dict[str, Endpoint] = {}
+
+    def endpoint(self, url: str) -> Endpoint:
+        ep = self._endpoints.get(url)
+        if ep is None:
+            ep = self._endpoints[url] = Endpoint(url)
+        return ep
+
+    async def _connect(self, ep: Endpoint, timeout_s: float) -> Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout_s):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(ep), ep.host, ep.port, ssl=ep.ssl
+                )
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamError(f"connect failed: {type(exc).__name__}: {exc}") from None
+        return conn
+
+    async def post(
+        self,
+        url: str,
+        path: str,
+        body: bytes,
+        extra_headers: bytes,
+        connect_timeout_s: float | None = None,
+    ) -> Connection:
+        """Send a POST and wait for the response headers. The caller reads the body from
+        the returned connection and then calls `release()` (or `close()` on failure).
+        `extra_headers` are complete `Name: value\\r\\n` lines."""
+        ep = self.endpoint(url)
+        head = b"".join(
+            (
+                b"POST ",
+                path.encode("latin-1"),
+                b" HTTP/1.1\r\nHost: ",
+                ep.host_header,
+                b"\r\nContent-Type: application/json\r\nContent-Length: ",
+                b"%d" % len(body),
+                b"\r\n",
+                extra_headers,
+                b"\r\n",
+            )
+        )
+        timeout_s = connect_timeout_s or self.connect_timeout_s
+        while ep.idle:
+            conn = ep.idle.pop()
+            if conn.closed:
+                continue
+            try:
+                conn.send(head, body)
+                await conn.wait_headers()
+                return conn
+            except UpstreamError:
+                conn.close()
+                if conn.got_data:
+                    raise
+                # The engine closed this idle connection meanwhile: try the next one.
+            except BaseException:
+                conn.close()
+                raise
+        conn = await self._connect(ep, timeout_s)
+        try:
+            conn.send(head, body)
+            await conn.wait_headers()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        for ep in self._endpoints.values():
+            while ep.idle:
+                ep.idle.pop().close()
+        self._endpoints.clear()

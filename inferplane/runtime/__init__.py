@@ -1,0 +1,16 @@
+"""Running a fleet on one host: engine processes, supervision, drain, the gateway in front."""
+
+from inferplane.runtime.instances import Instance, plan_sim_instances, refuse_unplanned
+from inferplane.runtime.runner import Runtime, RuntimeOptions
+from inferplane.runtime.supervisor import Supervised, Supervisor, SupervisorSettings
+
+__all__ = [
+    "Instance",
+    "Runtime",
+    "RuntimeOptions",
+    "Supervised",
+    "Supervisor",
+    "SupervisorSettings",
+    "plan_sim_instances",
+    "refuse_unplanned",
+]

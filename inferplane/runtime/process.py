@@ -1,0 +1,150 @@
+"""Starting and stopping engine processes: own process group, output to a rotating log.
+
+Every engine runs in its own session (process group), so stopping it signals the whole
+group and nothing it forked is orphaned. On Linux each child also asks the kernel to
+SIGKILL it when the supervisor dies (PR_SET_PDEATHSIG), so even `kill -9` of `up` leaves
+no engine behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+LOG_MAX_BYTES = 10 * 2**20
+LOG_BACKUPS = 3
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:
+    """Runs in the child between fork and exec (Linux: die with the parent)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class RotatingLog:
+    """Appends text to `path`; past `max_bytes` it becomes `path.1` (older: `.2`, ...),
+    keeping `backups` old files."""
+
+    def __init__(self, path: Path, max_bytes: int = LOG_MAX_BYTES, backups: int = LOG_BACKUPS):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        self._size = self._file.tell()
+
+    def _rotate(self) -> None:
+        self._file.close()
+        for n in range(self.backups - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{n}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{n + 1}"))
+        if self.backups > 0:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        else:
+            self.path.unlink(missing_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._size = 0
+
+    def write(self, text: str) -> None:
+        if self._file.closed:
+            return
+        size = len(text.encode("utf-8", "replace"))
+        if self._size and self._size + size > self.max_bytes:
+            self._rotate()
+        self._file.write(text)
+        self._file.flush()
+        self._size += size
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class EngineProcess:
+    """One running engine process, its output pumped into a rotating log file."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, log: RotatingLog) -> None:
+        self.proc = proc
+        self.log = log
+        self._pump = asyncio.get_running_loop().create_task(self._copy_output())
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    async def _copy_output(self) -> None:
+        stream = self.proc.stdout
+        if stream is None:
+            return
+        while True:
+            line = await stream.readline()
+            if not line:
+                return
+            self.log.write(line.decode("utf-8", "replace"))
+
+    async def wait(self) -> int:
+        code = await self.proc.wait()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._pump
+        return code
+
+    def signal_group(self, sig: int) -> None:
+        """Send `sig` to the engine's whole process group (nothing if already gone)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    async def stop(self, timeout_s: float) -> int:
+        """SIGTERM the group, then SIGKILL it after `timeout_s`; returns the exit code."""
+        if self.proc.returncode is None:
+            self.signal_group(signal.SIGTERM)
+            try:
+                return await asyncio.wait_for(asyncio.shield(self.wait()), timeout_s)
+            except TimeoutError:
+                pass
+        self.signal_group(signal.SIGKILL)  # also reaps stragglers the engine forked
+        return await self.wait()
+
+
+async def spawn(
+    argv: Sequence[str], env: Mapping[str, str], log: RotatingLog, cwd: Path | None = None
+) -> EngineProcess:
+    """Start `argv` in its own process group with `env` merged over ours."""
+    log.write(f"--- starting: {' '.join(argv)}\n")
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **env},
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=_child_setup,
+    )
+    return EngineProcess(proc, log)
+
+
+def raise_nofile_limit(wanted: int = 65536) -> tuple[int, int]:
+    """Raise this process's open-files soft limit (inherited by engines) toward `wanted`,
+    capped by the hard limit (P30: `ulimit -n` 1024 -> "Too many open files").
+    Returns the (soft, hard) limits now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft, hard

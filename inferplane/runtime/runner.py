@@ -1,0 +1,234 @@
+"""`Runtime`: one host's fleet — engine processes under a supervisor, the gateway in front.
+
+    runtime = Runtime(load_fleet(path), RuntimeOptions(state_dir=Path(".inferplane")))
+    await runtime.start()
+    await runtime.wait_settled()
+    code = await runtime.serve_until_signalled()   # SIGTERM/SIGINT: drain, then stop
+
+The gateway runs in this process and is fed the live set of ready instances: a replica is
+routable exactly while its supervisor record says `ready`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import uvicorn
+
+from inferplane.engines.sim.config import FaultConfig
+from inferplane.errors import InferplaneError
+from inferplane.gateway import Backend, GatewayApp, build_app
+from inferplane.gateway.fleet import gateway_config_from_fleet
+from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S, DrainGate
+from inferplane.runtime.instances import Instance, plan_sim_instances, refuse_unplanned
+from inferplane.runtime.process import raise_nofile_limit
+from inferplane.runtime.state import StateDir
+from inferplane.runtime.supervisor import Supervised, Supervisor, SupervisorSettings
+from inferplane.spec import FleetSpec
+
+Phase = Literal["starting", "running", "draining", "stopped"]
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    state_dir: Path
+    grace_period_s: float = DEFAULT_GRACE_PERIOD_S
+    gateway_host: str | None = None  # default: the fleet's gateway.host
+    gateway_port: int | None = None  # default: the fleet's gateway.port; 0 = any free port
+    settings: SupervisorSettings = field(default_factory=SupervisorSettings)
+    faults: Mapping[str, FaultConfig] | None = None  # simulated misbehaviour per instance
+    access_log: bool = True
+    fleet_path: str | None = None
+
+
+class _GatewayServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the runtime owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InferplaneError(
+            f"the gateway cannot listen on {host}:{port}: {exc.strerror}",
+            field="gateway.port",
+            value=port,
+            fix="stop what uses that port, or set gateway.port (or --gateway-port) to another",
+        ) from exc
+    sock.listen(4096)
+    sock.setblocking(False)
+    return sock
+
+
+class Runtime:
+    def __init__(self, fleet: FleetSpec, options: RuntimeOptions) -> None:
+        refuse_unplanned(fleet)
+        self.fleet = fleet
+        self.options = options
+        self.state_dir = StateDir(options.state_dir)
+        self.phase: Phase = "starting"
+        self.instances: list[Instance] = plan_sim_instances(fleet, faults=options.faults)
+        config = gateway_config_from_fleet(fleet)
+        log_path = str(options.state_dir / "logs" / "gateway-access.log")
+        config = replace(
+            config,
+            access_log=options.access_log,
+            access_log_path=log_path if options.access_log else None,
+        )
+        self.gateway: GatewayApp = build_app(config)
+        self.gate = DrainGate(self.gateway)
+        self.backends: dict[str, list[Backend]] = {}
+        self._by_instance: dict[str, Backend] = {}
+        for inst in self.instances:
+            backend = Backend(inst.url, ready=False)
+            self.backends.setdefault(inst.model, []).append(backend)
+            self._by_instance[inst.name] = backend
+        self.supervisor = Supervisor(
+            self.instances, self.state_dir.log_dir, options.settings, self._on_change
+        )
+        self.gateway_url = ""
+        self._server: _GatewayServer | None = None
+        self._server_task: asyncio.Task[None] | None = None
+        self._started_at = time.time()
+        self._stop_requested = asyncio.Event()
+        self._forced = False
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Claim the state dir, start the gateway, then every engine (returns at once)."""
+        self.state_dir.claim()
+        try:
+            raise_nofile_limit()
+            gw = self.fleet.gateway
+            host = self.options.gateway_host or gw.host
+            port = gw.port if self.options.gateway_port is None else self.options.gateway_port
+            sock = _bind(host, port)
+            self.gateway_url = f"http://{host}:{sock.getsockname()[1]}"
+            for model, backends in self.backends.items():
+                self.gateway.state.set_backends(model, backends)
+            config = uvicorn.Config(
+                self.gate, lifespan="on", access_log=False, server_header=False,
+                date_header=False, log_level="warning", timeout_keep_alive=75,
+                timeout_graceful_shutdown=5,
+            )
+            self._server = _GatewayServer(config)
+            self._server_task = asyncio.get_running_loop().create_task(
+                self._server.serve(sockets=[sock])
+            )
+            while not self._server.started:
+                if self._server_task.done():
+                    self._server_task.result()
+                    raise InferplaneError("the gateway stopped while starting")
+                await asyncio.sleep(0.01)
+            self.supervisor.start()
+            self._write_state()
+        except BaseException:
+            self.state_dir.release()
+            raise
+
+    async def wait_settled(self, timeout_s: float | None = None) -> bool:
+        """Wait until every instance is ready (True) or some failed for good (False)."""
+        ok = await self.supervisor.wait_settled(timeout_s)
+        self.phase = "running"
+        self._write_state()
+        return ok
+
+    def request_stop(self) -> None:
+        """First call: drain gracefully. Second call: force (SIGKILL engines now)."""
+        if self._stop_requested.is_set():
+            self._forced = True
+            self.supervisor.kill_all()
+            if self._server is not None:
+                self._server.force_exit = True
+        self._stop_requested.set()
+
+    async def stop_requested(self) -> None:
+        """Return once a stop was requested (signal or `request_stop()`)."""
+        await self._stop_requested.wait()
+
+    async def serve_until_signalled(self) -> int:
+        """Serve until SIGTERM/SIGINT (or `request_stop()`), then drain and stop."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        try:
+            await self._stop_requested.wait()
+            await self.drain_and_stop()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        return 130 if self._forced else 0
+
+    async def drain_and_stop(self) -> bool:
+        """Stop admitting, wait for in-flight requests (up to the grace period; a forced
+        stop cuts it short), then stop the engines and the gateway. True if all finished."""
+        self.phase = "draining"
+        self.gate.close()
+        self._write_state()
+        idle = asyncio.ensure_future(self.gate.wait_idle(self.options.grace_period_s))
+        forced = asyncio.ensure_future(self._wait_forced())
+        done, _ = await asyncio.wait({idle, forced}, return_when=asyncio.FIRST_COMPLETED)
+        finished = idle in done and idle.result()
+        idle.cancel()
+        forced.cancel()
+        await self.supervisor.stop()
+        if self._server is not None and self._server_task is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._server_task
+        self.phase = "stopped"
+        self._write_state()
+        self.state_dir.release()
+        return finished
+
+    async def _wait_forced(self) -> None:
+        while not self._forced:
+            await asyncio.sleep(0.05)
+
+    # ---- state -------------------------------------------------------------------------
+
+    def _on_change(self, rec: Supervised) -> None:
+        backend = self._by_instance[rec.instance.name]
+        ready = rec.state == "ready"
+        if backend.ready != ready:
+            backend.ready = ready
+            # set_backends keeps the same objects and hands free slots to queued requests.
+            self.gateway.state.set_backends(rec.instance.model, self.backends[rec.instance.model])
+        self._write_state()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "fleet": self.options.fleet_path,
+            "phase": self.phase,
+            "started_at": self._started_at,
+            "grace_period_s": self.options.grace_period_s,
+            "gateway": {"url": self.gateway_url, "in_flight": self.gate.in_flight},
+            "endpoint_models": [
+                {"model": m.name, "endpoints": list(m.endpoints or [])}
+                for m in self.fleet.endpoint_models
+            ],
+            "instances": [r.to_json() for r in self.supervisor.records.values()],
+            "log_dir": str(self.state_dir.log_dir.resolve()),
+        }
+
+    def _write_state(self) -> None:
+        if self.state_dir.path.exists():
+            self.state_dir.write(self.status())

@@ -1,0 +1,83 @@
+"""The state directory of a running fleet: pid file, `state.json`, per-instance logs.
+
+Another shell reads it for `inferplane status` and `inferplane down`; a second `up` on
+the same directory refuses while the first is alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from inferplane.errors import InferplaneError
+
+DEFAULT_STATE_DIR = Path(".inferplane")
+
+
+class StateDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.path / "up.pid"
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def up_log(self) -> Path:
+        return self.path / "up.log"
+
+    def running_pid(self) -> int | None:
+        """The pid of the live `up` owning this directory, or None."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            proc = psutil.Process(pid)
+            alive = proc.status() != psutil.STATUS_ZOMBIE
+            cmdline = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        # A recycled pid belongs to some other program: not ours.
+        return pid if alive and "inferplane" in cmdline else None
+
+    def claim(self) -> None:
+        """Take the directory for this process; refuse if another `up` holds it."""
+        other = self.running_pid()
+        if other is not None and other != os.getpid():
+            raise InferplaneError(
+                f"a fleet is already running from this state directory (pid {other})",
+                field="--state-dir",
+                value=str(self.path),
+                fix="stop it with `inferplane down`, or pass another --state-dir",
+            )
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.pid_file.write_text(f"{os.getpid()}\n")
+
+    def release(self) -> None:
+        if self.running_pid() in (None, os.getpid()):
+            self.pid_file.unlink(missing_ok=True)
+
+    def write(self, state: dict[str, Any]) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        os.replace(tmp, self.state_file)
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None

@@ -1,0 +1,310 @@
+"""Supervision of engine processes: readiness, liveness watchdog, restarts with backoff.
+
+Readiness (P24, P36): the port accepts, `GET /health` answers 200 and `GET /v1/models`
+lists the served name. Liveness (P25): `GET /health` every `probe_interval_s`; a failure
+or a hang (no answer within `probe_timeout_s`) marks the instance unhealthy at once (the
+gateway stops routing to it), `failure_threshold` consecutive failures restart it. A dead
+process is restarted. Restarts back off exponentially; more than `crash_loop_limit`
+restarts within `crash_loop_window_s` mark the instance `failed` and stop trying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import aiohttp
+
+from inferplane.runtime.instances import Instance
+from inferplane.runtime.process import EngineProcess, RotatingLog, spawn
+
+InstanceState = Literal["starting", "ready", "unhealthy", "restarting", "stopped", "failed"]
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    probe_interval_s: float = 2.0
+    probe_timeout_s: float = 5.0
+    failure_threshold: int = 3
+    startup_deadline_s: float = 300.0  # how long a starting engine may take to be ready
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    crash_loop_limit: int = 5
+    crash_loop_window_s: float = 600.0
+    stop_timeout_s: float = 15.0  # SIGTERM -> SIGKILL
+
+
+@dataclass
+class Supervised:
+    """The live record of one instance (what `inferplane status` shows)."""
+
+    instance: Instance
+    state: InstanceState = "starting"
+    restarts: int = 0
+    pid: int | None = None
+    ready_since: float | None = None  # time.time() of the last transition to ready
+    last_error: str | None = None
+    process: EngineProcess | None = None
+    restart_times: deque[float] = field(default_factory=deque)
+
+    def to_json(self) -> dict[str, object]:
+        inst = self.instance
+        return {
+            "name": inst.name,
+            "model": inst.model,
+            "served_name": inst.served_name,
+            "engine": inst.engine,
+            "pid": self.pid,
+            "port": inst.port,
+            "url": inst.url,
+            "state": self.state,
+            "restarts": self.restarts,
+            "ready_since": self.ready_since,
+            "last_error": self.last_error,
+        }
+
+
+OnChange = Callable[[Supervised], None]
+
+
+async def probe_ready(
+    session: aiohttp.ClientSession, inst: Instance, timeout_s: float
+) -> str | None:
+    """None when the instance is ready, else why not."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with session.get(inst.url + "/health", timeout=timeout) as resp:
+            if resp.status != 200:
+                return f"/health answered {resp.status}"
+        async with session.get(inst.url + "/v1/models", timeout=timeout) as resp:
+            if resp.status != 200:
+                return f"/v1/models answered {resp.status}"
+            data = await resp.json(content_type=None)
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    names = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+    if inst.served_name not in names:
+        return f"/v1/models lists {names}, not the served name {inst.served_name!r} (P36)"
+    return None
+
+
+async def probe_live(
+    session: aiohttp.ClientSession, inst: Instance, timeout_s: float
+) -> str | None:
+    """None when `/health` answers 200 in time, else why not (a hang is a timeout)."""
+    try:
+        async with session.get(
+            inst.url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
+            return None if resp.status == 200 else f"/health answered {resp.status}"
+    except TimeoutError:
+        return f"/health did not answer within {timeout_s:g} s (hung)"
+    except (aiohttp.ClientError, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+class Supervisor:
+    """Runs and watches every instance; `on_change` hears every state transition."""
+
+    def __init__(
+        self,
+        instances: list[Instance],
+        log_dir: Path,
+        settings: SupervisorSettings = SupervisorSettings(),
+        on_change: OnChange | None = None,
+    ) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.records: dict[str, Supervised] = {i.name: Supervised(i) for i in instances}
+        self._on_change = on_change
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._logs: dict[str, RotatingLog] = {}
+        self._changed = asyncio.Event()
+        self._kick: dict[str, asyncio.Event] = {}
+
+    # ---- public ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=True)
+        )
+        for name, rec in self.records.items():
+            self._kick[name] = asyncio.Event()
+            self._tasks[name] = asyncio.get_running_loop().create_task(self._run(rec))
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    async def wait_settled(self, timeout_s: float | None = None) -> bool:
+        """Wait until every instance is ready or failed; True when all are ready."""
+
+        async def settled() -> None:
+            while not all(r.state in ("ready", "failed") for r in self.records.values()):
+                self._changed.clear()
+                await self._changed.wait()
+
+        await asyncio.wait_for(settled(), timeout_s)
+        return all(r.state == "ready" for r in self.records.values())
+
+    def restart(self, name: str) -> None:
+        """Restart one instance now (counts as a restart; resets `failed`)."""
+        rec = self.records[name]
+        task = self._tasks.get(name)
+        if task is not None and not task.done():
+            self._kick[name].set()
+            return
+        rec.restart_times.clear()
+        self._tasks[name] = asyncio.get_running_loop().create_task(self._run(rec))
+
+    async def stop(self) -> None:
+        """Stop supervising and stop every engine (SIGTERM, then SIGKILL), in parallel."""
+        for task in self._tasks.values():
+            task.cancel()
+        for task in self._tasks.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*(self._stop_process(r) for r in self.records.values()))
+        for rec in self.records.values():
+            rec.state = "stopped"
+            self._notify(rec)
+        if self._session is not None:
+            await self._session.close()
+        for log in self._logs.values():
+            log.close()
+
+    def kill_all(self) -> None:
+        """SIGKILL every engine group now (the forced path of a second Ctrl-C)."""
+        import signal
+
+        for rec in self.records.values():
+            if rec.process is not None:
+                rec.process.signal_group(signal.SIGKILL)
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _notify(self, rec: Supervised) -> None:
+        self._changed.set()
+        if self._on_change is not None:
+            self._on_change(rec)
+
+    def _set(self, rec: Supervised, state: InstanceState, error: str | None = None) -> None:
+        if error is not None:
+            rec.last_error = error
+        if state == "ready" and rec.state != "ready":
+            rec.ready_since = time.time()
+        elif state != "ready":
+            rec.ready_since = None
+        rec.state = state
+        self._notify(rec)
+
+    async def _stop_process(self, rec: Supervised) -> None:
+        proc = rec.process
+        if proc is not None:
+            await proc.stop(self.settings.stop_timeout_s)
+            rec.process = None
+            rec.pid = None
+
+    def _log(self, name: str) -> RotatingLog:
+        if name not in self._logs:
+            self._logs[name] = RotatingLog(self.log_path(name))
+        return self._logs[name]
+
+    async def _run(self, rec: Supervised) -> None:
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        while True:
+            self._kick[rec.instance.name].clear()
+            proc = await spawn(rec.instance.argv, rec.instance.env, self._log(rec.instance.name))
+            rec.process, rec.pid = proc, proc.pid
+            self._notify(rec)
+            reason = await self._until_ready(rec, proc)
+            if reason is None:
+                self._set(rec, "ready")
+                reason = await self._watch(rec, proc)
+            self._set(rec, "unhealthy", reason)
+            self._log(rec.instance.name).write(f"--- restarting: {reason}\n")
+            await self._stop_process(rec)
+            now = loop.time()
+            rec.restart_times.append(now)
+            while rec.restart_times and now - rec.restart_times[0] > s.crash_loop_window_s:
+                rec.restart_times.popleft()
+            if len(rec.restart_times) > s.crash_loop_limit:
+                self._set(
+                    rec,
+                    "failed",
+                    f"crash loop: {len(rec.restart_times)} restarts within "
+                    f"{s.crash_loop_window_s:g} s; last: {reason}",
+                )
+                return
+            rec.restarts += 1
+            self._set(rec, "restarting")
+            delay = min(s.backoff_initial_s * 2 ** (len(rec.restart_times) - 1), s.backoff_max_s)
+            await asyncio.sleep(delay)
+            self._set(rec, "starting")
+
+    async def _until_ready(self, rec: Supervised, proc: EngineProcess) -> str | None:
+        s = self.settings
+        assert self._session is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + s.startup_deadline_s
+        interval = min(0.1, s.probe_interval_s)
+        why = "not probed yet"
+        while loop.time() < deadline:
+            if proc.returncode is not None:
+                return f"exited with code {proc.returncode} while starting"
+            if self._kick[rec.instance.name].is_set():
+                return "restart requested"
+            why = await probe_ready(self._session, rec.instance, s.probe_timeout_s) or ""
+            if not why:
+                return None
+            await asyncio.sleep(interval)
+            interval = min(interval * 1.5, s.probe_interval_s)
+        return f"not ready within the startup deadline of {s.startup_deadline_s:g} s ({why})"
+
+    async def _watch(self, rec: Supervised, proc: EngineProcess) -> str:
+        """Return why the instance must restart (process gone, failures, manual)."""
+        s = self.settings
+        assert self._session is not None
+        exited = asyncio.ensure_future(proc.proc.wait())
+        kicked = asyncio.ensure_future(self._kick[rec.instance.name].wait())
+        failures = 0
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {exited, kicked}, timeout=s.probe_interval_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if exited in done:
+                    return f"exited with code {proc.returncode}"
+                if kicked in done:
+                    return "restart requested"
+                probe = asyncio.ensure_future(
+                    probe_live(self._session, rec.instance, s.probe_timeout_s)
+                )
+                await asyncio.wait([probe, exited], return_when=asyncio.FIRST_COMPLETED)
+                if not probe.done():
+                    probe.cancel()
+                    return f"exited with code {proc.returncode}"
+                why = probe.result()
+                if why is None:
+                    if failures:
+                        failures = 0
+                        self._set(rec, "ready")
+                    continue
+                failures += 1
+                if rec.state == "ready":
+                    self._set(rec, "unhealthy", why)  # the gateway stops routing now
+                if failures >= s.failure_threshold:
+                    return f"{failures} consecutive failed health checks; last: {why}"
+        finally:
+            exited.cancel()
+            kicked.cancel()

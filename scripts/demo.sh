@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The main job in one command: install, bring the simulated demo fleet up behind the
+# gateway, answer one chat request through it, and stop everything again.
+# Needs only Python >= 3.11 and pip. Usage: scripts/demo.sh   (from anywhere)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+if [ ! -x .venv/bin/inferplane ]; then
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet -e .
+fi
+STATE_DIR="${STATE_DIR:-.inferplane-demo}"
+PORT="${PORT:-8000}"
+.venv/bin/inferplane up examples/demo-sim.yaml --detach --state-dir "$STATE_DIR" \
+  --gateway-port "$PORT"
+trap '.venv/bin/inferplane down --state-dir "$STATE_DIR"' EXIT
+echo "--- POST http://127.0.0.1:$PORT/v1/chat/completions"
+# Python's urllib instead of curl: a fresh machine may have only Python and pip.
+.venv/bin/python - "$PORT" <<'PY'
+import json, sys, urllib.request
+body = {"model": "gpt-4o-mini", "max_tokens": 16,
+        "messages": [{"role": "user", "content": "Say hello"}]}
+request = urllib.request.Request(
+    f"http://127.0.0.1:{sys.argv[1]}/v1/chat/completions",
+    data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+with urllib.request.urlopen(request, timeout=30) as response:
+    print("answer:", json.load(response)["choices"][0]["message"]["content"])
+PY
+echo "--- demo took $(( $(date +%s) - start )) s (until the answer)"
