@@ -1,0 +1,116 @@
+"""The Plan: where every replica of every model runs, with what memory and what command.
+
+Produced by `inferplane plan` (the planner), consumed by `inferplane up` (one host) and
+`inferplane render` (Kubernetes, compose, systemd). A versioned, serialisable pydantic
+object; `Plan.model_json_schema()` is its documented JSON schema (docs/plan.md).
+Every number carries its unit in the name.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLAN_SCHEMA_VERSION = 1
+
+PlacementPolicy = Literal["binpack", "spread"]
+
+
+class _PlanModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InstanceMemory(_PlanModel):
+    """The estimator's per-GPU breakdown for one instance (see MemoryEstimate)."""
+
+    weights_gib: float
+    kv_cache_gib: float
+    activation_gib: float
+    non_torch_gib: float
+    cuda_graph_gib: float
+    cuda_context_gib: float  # outside the utilization budget (P01)
+    kv_cache_tokens: int
+    max_concurrency: float  # requests of max_model_len that fit at once
+    kv_bytes_per_token: int
+
+
+class PlanInstance(_PlanModel):
+    """One engine process: one replica of one model on a TP group of GPUs on one node."""
+
+    id: str  # "<model>-<replica>", stable across re-plans of the same fleet
+    model: str  # client-facing name from the fleet file
+    served_model_name: str  # what vLLM is told (--served-model-name, P36)
+    replica: int
+    node: str
+    gpu_type: str  # catalog name; never mixed inside one TP group (P12)
+    gpu_indices: list[int]  # NVML indices on the node (P20)
+    gpu_uuids: list[str] | None = None  # when known from discovery
+    tensor_parallel_size: int
+    gpu_memory_utilization: float  # fraction of each whole card (P01)
+    kv_cache_memory_bytes: int | None = None  # explicit KV pool when co-located (vLLM #10643)
+    shares_gpu_with: list[str] = Field(default_factory=list)  # other instance ids on these GPUs
+    start_after: list[str] = Field(default_factory=list)  # ids that must be ready first
+    port: int  # engine HTTP port on the node
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    weights_bytes: int  # whole model on disk/in memory, for startup-time budgets (P24, P35)
+    memory: InstanceMemory
+    argv: list[str]  # the exact `vllm serve ...` invocation
+    env: dict[str, str]  # CUDA_VISIBLE_DEVICES (integer indices), NCCL settings (P34), ...
+
+
+class PlanGpu(_PlanModel):
+    """One physical GPU and what the plan puts on it."""
+
+    node: str
+    index: int
+    uuid: str | None = None
+    type: str
+    memory_gib: float  # total as CUDA reports it
+    budget_gib: float  # the card budget the planner keeps under (default 0.95 x total)
+    used_gib: float  # sum of instance shares (utilization x total) + CUDA contexts
+    free_gib: float
+    instances: list[str]  # instance ids
+
+
+class PlanEndpoint(_PlanModel):
+    """A model served elsewhere: routed to, never placed."""
+
+    model: str
+    urls: list[str]
+
+
+class PlanTotals(_PlanModel):
+    gpus_total: int
+    gpus_used: int
+    gpus_idle: int
+    gpus_needed_at_peak: int  # every replica of every model at once (P08)
+    fragmentation: float  # 0 = free memory concentrated on idle cards, 1 = scattered
+    memory_efficiency: float  # used / total memory of the GPUs in use
+    solver: str  # "greedy" or the exact solver that produced the placement
+    solver_optimal: bool
+
+
+class Plan(_PlanModel):
+    schema_version: int = PLAN_SCHEMA_VERSION
+    fleet_file: str
+    engine: Literal["vllm", "sim"]
+    engine_version: str
+    policy: PlacementPolicy
+    card_budget_fraction: float
+    instances: list[PlanInstance]
+    gpus: list[PlanGpu]
+    endpoints: list[PlanEndpoint] = Field(default_factory=list)
+    totals: PlanTotals
+    warnings: list[str] = Field(default_factory=list)
+
+    def instance(self, instance_id: str) -> PlanInstance:
+        for inst in self.instances:
+            if inst.id == instance_id:
+                return inst
+        raise KeyError(instance_id)
+
+    def instances_of(self, model: str) -> list[PlanInstance]:
+        return [inst for inst in self.instances if inst.model == model]
