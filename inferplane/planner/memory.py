@@ -13,6 +13,7 @@ Pure functions: no I/O, no clock. See docs/estimator.md for the rules and their 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from inferplane.errors import InferplaneError
 from inferplane.gpus.spec import GIB, GpuSpec
@@ -63,6 +64,101 @@ def _kv_tokens(
     return num_blocks * layout.block_size
 
 
+@dataclass(frozen=True)
+class _Length:
+    """The max_model_len vLLM will run with (before an auto-fit), and what was said about it."""
+
+    value: int
+    auto: bool
+    errors: list[str]
+    warnings: list[str]
+
+
+def _check_inputs(
+    settings: EngineSettings, gpu: GpuSpec | None, gpu_memory_bytes: int | None
+) -> int:
+    """Raise for input that cannot be estimated at all; return the card's total bytes."""
+    if gpu_memory_bytes is not None:
+        total = gpu_memory_bytes
+    elif gpu is not None:
+        total = gpu.total_memory_bytes
+    else:
+        raise InferplaneError(
+            "no GPU given", field="gpu", fix="pass a GPU name (--gpu) or --gpu-memory-gib"
+        )
+    if not 0 < settings.gpu_memory_utilization <= 1:
+        raise InferplaneError(
+            "must be in (0, 1]", field="gpu_memory_utilization",
+            value=settings.gpu_memory_utilization,
+            fix="use a fraction of the whole card such as 0.9",
+        )
+    if settings.tensor_parallel_size < 1:
+        raise InferplaneError(
+            "must be >= 1", field="tensor_parallel_size", value=settings.tensor_parallel_size,
+            fix="use 1, 2, 4 or 8",
+        )
+    return total
+
+
+def _resolve_length(profile: ModelProfile, requested: int | None) -> _Length:
+    """max_model_len: explicit, the model's default (P02 warning), or auto-fit later (-1)."""
+    model_max = profile.max_position_embeddings
+    auto = requested == AUTO_MAX_MODEL_LEN
+    value = model_max if requested is None or auto else requested
+    if value < 1:
+        raise InferplaneError(
+            "must be a positive number of tokens or auto", field="max_model_len",
+            value=requested, fix="e.g. --max-model-len 8192",
+        )
+    errors: list[str] = []
+    warnings: list[str] = []
+    if requested is None:
+        warnings.append(
+            f"P02: max_model_len not set, vLLM will use the model's {model_max} tokens; "
+            "set it explicitly to what your traffic needs"
+        )
+    if value > model_max:
+        errors.append(
+            f"max_model_len {value} exceeds the model's maximum of {model_max} tokens "
+            "(vLLM refuses without VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
+        )
+    return _Length(value, auto, errors, warnings)
+
+
+def _settings_messages(
+    profile: ModelProfile,
+    settings: EngineSettings,
+    dtype: str,
+    quantization: str | None,
+    gpu: GpuSpec | None,
+) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about TP, dtype/quantization, FP8 support and KV dtype."""
+    tp = settings.tensor_parallel_size
+    errors = rules.tensor_parallel_errors(profile, tp)
+    errors += rules.quantization_dtype_errors(
+        quantization, dtype, settings.quantization is not None, gpu
+    )
+    fp8_errors, warnings = rules.fp8_support_messages(quantization, settings.kv_cache_dtype, gpu)
+    errors += fp8_errors
+    checkpoint_kv = profile.quantization.kv_cache_dtype if profile.quantization else None
+    if settings.kv_cache_dtype == "auto" and checkpoint_kv:
+        warnings.append(
+            f"the checkpoint ships {checkpoint_kv} KV-cache scales; "
+            f"--kv-cache-dtype {checkpoint_kv} would double the KV capacity"
+        )
+    if tp > profile.num_kv_heads and not profile.uses_mla:
+        warnings.append(
+            f"tensor_parallel_size {tp} > {profile.num_kv_heads} KV heads: every rank keeps a "
+            "replicated copy of a KV head"
+        )
+    if settings.enforce_eager:
+        warnings.append(
+            "P33: enforce_eager disables CUDA graphs: decode latency rises several-fold "
+            "(TTFT 85 -> 620 ms in the field); use only as a last resort"
+        )
+    return errors, warnings
+
+
 def estimate_memory(
     profile: ModelProfile,
     settings: EngineSettings,
@@ -76,70 +172,20 @@ def estimate_memory(
     Problems vLLM would refuse are returned in `errors` (and `fits` is False); only input
     that cannot be estimated at all raises InferplaneError.
     """
-    if gpu is None and gpu_memory_bytes is None:
-        raise InferplaneError(
-            "no GPU given", field="gpu", fix="pass a GPU name (--gpu) or --gpu-memory-gib"
-        )
-    total = gpu_memory_bytes if gpu_memory_bytes is not None else gpu.total_memory_bytes  # type: ignore[union-attr]
+    total = _check_inputs(settings, gpu, gpu_memory_bytes)
     version = settings.vllm_version or DEFAULT_VLLM_VERSION
     era = era_of(version)
     tp = settings.tensor_parallel_size
     util = settings.gpu_memory_utilization
-    if not 0 < util <= 1:
-        raise InferplaneError(
-            "must be in (0, 1]", field="gpu_memory_utilization", value=util,
-            fix="use a fraction of the whole card such as 0.9",
-        )
-    if tp < 1:
-        raise InferplaneError(
-            "must be >= 1", field="tensor_parallel_size", value=tp, fix="use 1, 2, 4 or 8"
-        )
-    errors: list[str] = []
-    warnings: list[str] = list(profile.warnings)
 
     dtype = resolve_dtype(profile, settings.dtype)
     quantization = resolve_quantization(profile, settings.quantization)
-    kv_dtype = settings.kv_cache_dtype
-    if kv_dtype == "auto" and profile.quantization and profile.quantization.kv_cache_dtype:
-        warnings.append(
-            f"the checkpoint ships {profile.quantization.kv_cache_dtype} KV-cache scales; "
-            f"--kv-cache-dtype {profile.quantization.kv_cache_dtype} would double the KV capacity"
-        )
-    kv_bytes = kv_dtype_bytes(kv_dtype, DTYPE_BYTES[dtype])
-
-    errors += rules.tensor_parallel_errors(profile, tp)
-    errors += rules.quantization_dtype_errors(
-        quantization, dtype, settings.quantization is not None, gpu
-    )
-    fp8_errors, fp8_warnings = rules.fp8_support_messages(quantization, kv_dtype, gpu)
-    errors += fp8_errors
-    warnings += fp8_warnings
-    if tp > profile.num_kv_heads and not profile.uses_mla:
-        warnings.append(
-            f"tensor_parallel_size {tp} > {profile.num_kv_heads} KV heads: every rank keeps a "
-            "replicated copy of a KV head"
-        )
-
-    # max_model_len: explicit, model default, or auto-fit (-1).
-    model_max = profile.max_position_embeddings
-    requested_len = settings.max_model_len
-    auto_len = requested_len == AUTO_MAX_MODEL_LEN
-    max_len = model_max if requested_len is None or auto_len else requested_len
-    if max_len < 1:
-        raise InferplaneError(
-            "must be a positive number of tokens or auto", field="max_model_len",
-            value=requested_len, fix="e.g. --max-model-len 8192",
-        )
-    if requested_len is None:
-        warnings.append(
-            f"P02: max_model_len not set, vLLM will use the model's {model_max} tokens; "
-            "set it explicitly to what your traffic needs"
-        )
-    if max_len > model_max:
-        errors.append(
-            f"max_model_len {max_len} exceeds the model's maximum of {model_max} tokens "
-            "(vLLM refuses without VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
-        )
+    errors, warnings = _settings_messages(profile, settings, dtype, quantization, gpu)
+    warnings = list(profile.warnings) + warnings
+    length = _resolve_length(profile, settings.max_model_len)
+    errors += length.errors
+    warnings += length.warnings
+    max_len = length.value
 
     default_seqs, default_tokens = default_batch_limits(
         total, gpu.name if gpu else None, max_len, era
@@ -147,14 +193,12 @@ def estimate_memory(
     max_num_seqs = settings.max_num_seqs or default_seqs
     max_num_batched_tokens = settings.max_num_batched_tokens or default_tokens
 
-    # Weights.
+    # Everything inside the utilization budget that is not KV cache.
     fmt = weight_format(profile, dtype, quantization)
     weights = weight_bytes(profile, fmt, tp)
-    generate = profile.default_task == "generate"
-
-    # Non-KV memory inside the utilization budget.
     activation = overheads.activation_peak_bytes(
-        profile, tp, DTYPE_BYTES[dtype], max_num_batched_tokens, max_num_seqs, generate, era
+        profile, tp, DTYPE_BYTES[dtype], max_num_batched_tokens, max_num_seqs,
+        profile.default_task == "generate", era,
     )
     non_torch = overheads.non_torch_bytes(tp, era)
     cuda_graph = 0 if settings.enforce_eager else overheads.cuda_graph_bytes(
@@ -168,11 +212,6 @@ def estimate_memory(
         available = requested - weights.per_gpu_bytes - activation - non_torch
         if graph_in_budget:
             available -= cuda_graph
-    if settings.enforce_eager:
-        warnings.append(
-            "P33: enforce_eager disables CUDA graphs: decode latency rises several-fold "
-            "(TTFT 85 -> 620 ms in the field); use only as a last resort"
-        )
     if weights.per_gpu_bytes > requested:
         errors.append(
             f"weights need {_gib(weights.per_gpu_bytes):.2f} GiB per GPU but "
@@ -185,18 +224,21 @@ def estimate_memory(
             "gpu_memory_utilization, lower max_num_batched_tokens, or raise tensor_parallel_size"
         )
 
+    # The KV pool: blocks, the length that fits, concurrency.
+    kv_bytes = kv_dtype_bytes(settings.kv_cache_dtype, DTYPE_BYTES[dtype])
     layout = kv_layout(profile, tp, kv_bytes, _block_size(profile, settings, gpu))
     avail_bytes = max(0, available)
-    if auto_len:
-        fitted = max_model_len_that_fits(layout, avail_bytes, model_max, max_num_batched_tokens)
-        if fitted == 0 and not errors:
+    if length.auto:
+        max_len = max_model_len_that_fits(
+            layout, avail_bytes, profile.max_position_embeddings, max_num_batched_tokens
+        )
+        if max_len == 0 and not errors:
             errors.append("cannot auto-fit max_model_len: not enough memory for a single token")
-        max_len = fitted
     num_blocks = layout.num_blocks(avail_bytes) if layout.page_bytes else 0
     per_request = layout.blocks_per_request(max_len, max_num_batched_tokens) if layout.groups else 0
     concurrency = num_blocks / per_request if per_request else 0.0
     needed = layout.bytes_per_request(max_len, max_num_batched_tokens) if layout.groups else 0
-    if available > 0 and needed > available and not auto_len:
+    if available > 0 and needed > available and not length.auto:
         fits_len = max_model_len_that_fits(layout, avail_bytes, max_len, max_num_batched_tokens)
         errors.append(
             f"P02: one request at max_model_len {max_len} needs {_gib(needed):.2f} GiB of KV cache "
@@ -220,7 +262,7 @@ def estimate_memory(
         cuda_graph_gib=_gib(cuda_graph),
         cuda_graph_in_budget=graph_in_budget,
         cuda_context_gib=_gib(overheads.CUDA_CONTEXT_BYTES),
-        kv_cache_gib=_gib(max(0, available)),
+        kv_cache_gib=_gib(avail_bytes),
         kv_bytes_per_token=layout.bytes_per_token_total,
         kv_bytes_per_token_per_gpu=layout.bytes_per_token_per_gpu,
         block_size=layout.block_size,
@@ -233,7 +275,7 @@ def estimate_memory(
         tensor_parallel_size=tp,
         gpu_memory_utilization=util,
         dtype=dtype,
-        kv_cache_dtype=kv_dtype,
+        kv_cache_dtype=settings.kv_cache_dtype,
         quantization=quantization,
         vllm_version=version,
         fits=not errors,
