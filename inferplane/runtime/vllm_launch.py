@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from inferplane.engines.vllm import VllmArgs, build_vllm_argv
 from inferplane.errors import InferplaneError
 from inferplane.gpus.discovery import DiscoveredGpu, check_free_memory, resolve_visible_devices
 from inferplane.runtime.instances import ENGINE_HOST
 from inferplane.runtime.process import raise_nofile_limit
-from inferplane.spec import EngineSpec, ModelSpec, extra_args_argv
+from inferplane.spec import DEFAULT_VLLM_VERSION, EngineSpec, ModelSpec
 
 __all__ = ["VllmLaunch", "build_vllm_command", "preflight_gpus", "raise_nofile_limit"]
 
@@ -50,6 +51,7 @@ def build_vllm_command(
     CUDA_VISIBLE_DEVICES is always set, to NVML indices (P20, P21), with
     CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as NVML does. `--max-model-len` is
     always explicit (the planner's number, never vLLM's default of the model's maximum).
+    The argv comes from `inferplane.engines.vllm.build_vllm_argv` (version-aware flags, P32).
     """
     if model.source is None:
         raise InferplaneError(
@@ -65,43 +67,31 @@ def build_vllm_command(
             value=gpu_ids,
             fix="assign exactly tensor_parallel_size GPUs to the instance",
         )
-    if max_model_len < 1:
-        raise InferplaneError(
-            "max_model_len must be positive", field=f"models.{model.name}.max_model_len",
-            value=max_model_len, fix="use the planner's context length",
-        )
-    if not 0 < gpu_memory_utilization <= 1:
-        raise InferplaneError(
-            "gpu_memory_utilization is a fraction of the card",
-            field=f"models.{model.name}.gpu_memory_utilization",
-            value=gpu_memory_utilization, fix="use a value in (0, 1]",
-        )
-    argv = [
-        vllm, "serve", model.source,
-        "--served-model-name", model.engine_model_name,
-        "--host", host,
-        "--port", str(port),
-        "--max-model-len", str(max_model_len),
-        "--tensor-parallel-size", str(tensor_parallel_size),
-        "--gpu-memory-utilization", f"{gpu_memory_utilization:g}",
-    ]
-    if model.max_num_seqs is not None:
-        argv += ["--max-num-seqs", str(model.max_num_seqs)]
-    if model.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(model.max_num_batched_tokens)]
-    if model.dtype != "auto":
-        argv += ["--dtype", model.dtype]
-    if model.quantization is not None:
-        argv += ["--quantization", model.quantization]
-    if model.kv_cache_dtype != "auto":
-        argv += ["--kv-cache-dtype", model.kv_cache_dtype]
-    if model.kv_cache_memory_gib is not None:
-        argv += ["--kv-cache-memory-bytes", str(int(model.kv_cache_memory_gib * 2**30))]
-    if model.enforce_eager:
-        argv.append("--enforce-eager")
-    if model.task == "embed":
-        argv += ["--runner", "pooling"]
-    argv += extra_args_argv(model.extra_args)
+    argv = build_vllm_argv(
+        VllmArgs(
+            source=model.source,
+            served_model_name=model.engine_model_name,
+            host=host,
+            port=port,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=model.max_num_seqs,
+            max_num_batched_tokens=model.max_num_batched_tokens,
+            dtype=model.dtype,
+            quantization=model.quantization,
+            kv_cache_dtype=model.kv_cache_dtype,
+            kv_cache_memory_bytes=(
+                int(model.kv_cache_memory_gib * 2**30)
+                if model.kv_cache_memory_gib is not None else None
+            ),
+            enforce_eager=model.enforce_eager,
+            task=model.task,
+            extra_args=model.extra_args,
+        ),
+        version=engine.version if engine is not None else DEFAULT_VLLM_VERSION,
+        vllm=vllm,
+    )
     env: dict[str, str] = {}
     if engine is not None:
         env.update(engine.extra_env)

@@ -1,0 +1,384 @@
+"""`plan_fleet`: size every model, place every replica, and write the Plan.
+
+    fleet = load_fleet("fleet.yaml")
+    plan = plan_fleet(fleet)                 # binpack, card budget 0.95, CP-SAT <= 5 s
+    plan.totals.gpus_used, plan.instances[0].argv
+
+Pure apart from reading model configs (pass `profiles` to skip even that): the same fleet
+gives the same Plan. Raises InferplaneError naming the model, the best it got and what
+would make it fit when something cannot be placed (see `explain`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from inferplane.engines.vllm import VllmArgs, build_vllm_argv
+from inferplane.errors import InferplaneError
+from inferplane.gpus import find_gpu, lookup_gpu
+from inferplane.gpus.discovery import DiscoveredGpu
+from inferplane.gpus.spec import GIB
+from inferplane.models import load_profile
+from inferplane.models.profile import ModelProfile
+from inferplane.planner import explain
+from inferplane.planner.colocation import CardShare, share_cards
+from inferplane.planner.greedy import allowed_nodes, place_greedy
+from inferplane.planner.memory import estimate_memory
+from inferplane.planner.placement import Choice, Item, Placement, Slot
+from inferplane.planner.plan import (
+    InstanceMemory,
+    PlacementPolicy,
+    Plan,
+    PlanEndpoint,
+    PlanGpu,
+    PlanInstance,
+    PlanTotals,
+)
+from inferplane.planner.sizing import UNITS, GpuType, Shape, SizingFailure, size_model
+from inferplane.planner.solver import solve
+from inferplane.planner.vllm_versions import era_of
+from inferplane.spec import FleetSpec, ModelSpec
+
+BASE_PORT = 8100
+DISCOVERED_NODE = "local"
+
+
+def plan_fleet(
+    fleet: FleetSpec,
+    *,
+    policy: PlacementPolicy = "binpack",
+    card_budget_fraction: float = 0.95,
+    time_limit_s: float = 5.0,
+    discovered: list[DiscoveredGpu] | None = None,
+    profiles: Mapping[str, ModelProfile] | None = None,
+    fleet_file: str = "",
+) -> Plan:
+    """Place every replica of every model of `fleet` on its GPUs (see docs/plan.md)."""
+    if not 0 < card_budget_fraction <= 1:
+        raise InferplaneError(
+            "must be in (0, 1]", field="card_budget_fraction", value=card_budget_fraction,
+            fix="use a fraction of each card such as 0.95",
+        )
+    if policy not in ("binpack", "spread"):
+        raise InferplaneError(
+            "unknown placement policy", field="policy", value=policy, fix="binpack or spread"
+        )
+    slots, items, models, loaded = placement_problem(
+        fleet, card_budget_fraction=card_budget_fraction, discovered=discovered,
+        profiles=profiles,
+    )
+    placement = place_greedy(items, slots, policy)
+    if policy == "binpack" and time_limit_s > 0:
+        solved = solve(items, slots, placement, time_limit_s=time_limit_s)
+        if solved is not None:
+            solved.notes = [n for n in placement.notes if n.startswith("solver")]
+            placement = solved
+    if placement.unplaced:
+        raise explain.unplaced(placement, items, models, slots)
+    return _assemble(fleet, items, loaded, slots, placement, policy, card_budget_fraction,
+                     fleet_file)
+
+
+def placement_problem(
+    fleet: FleetSpec,
+    *,
+    card_budget_fraction: float = 0.95,
+    discovered: list[DiscoveredGpu] | None = None,
+    profiles: Mapping[str, ModelProfile] | None = None,
+) -> tuple[list[Slot], list[Item], list[ModelSpec], dict[str, ModelProfile]]:
+    """The GPUs, the sized replicas to place, the placed models and their profiles (the
+    input of `place_greedy` and `solve`; benchmarks use it to compare placers)."""
+    slots = inventory_slots(fleet, discovered, card_budget_fraction)
+    types = gpu_types(slots, fleet, discovered)
+    version = fleet.engine.version
+    models = [m for m in fleet.placed_models if m.replicas > 0]
+    loaded = {m.name: _profile(m, profiles) for m in models}
+    targets = {t for m in models for t in m.placement.colocate_with}
+    items: list[Item] = []
+    for order, model in enumerate(models):
+        shapes: dict[str, Shape] = {}
+        failures: list[SizingFailure] = []
+        elastic = bool(model.placement.colocate_with) or model.name in targets
+        for gpu_type in _allowed_types(model, fleet, types):
+            result = size_model(
+                model, loaded[model.name], types[gpu_type], version=version,
+                budget_fraction=card_budget_fraction, colocated=elastic,
+            )
+            if isinstance(result, Shape):
+                shapes[gpu_type] = result
+            else:
+                failures.append(result)
+        if not shapes:
+            raise explain.unsized(
+                model, loaded[model.name], failures, list(types.values()),
+                version=version, budget_fraction=card_budget_fraction,
+            )
+        items += [
+            Item(
+                id=f"{model.name}-{r}", model=model.name, replica=r, order=order,
+                shapes=shapes, nodes=allowed_nodes(model.placement),
+                exclusive=model.placement.exclusive,
+                colocate_with=tuple(model.placement.colocate_with), elastic=elastic,
+            )
+            for r in range(model.replicas)
+        ]
+    return slots, items, models, loaded
+
+
+def inventory_slots(
+    fleet: FleetSpec, discovered: list[DiscoveredGpu] | None, budget: float
+) -> list[Slot]:
+    units = int(budget * UNITS)
+    if fleet.gpus is not None:
+        slots: list[Slot] = []
+        for node in fleet.gpus.nodes:
+            spec = lookup_gpu(node.gpu_type)
+            link = spec.interconnect if node.interconnect == "auto" else node.interconnect
+            slots += [
+                Slot(node.name, i, spec.name, spec.total_memory_bytes, link, units)
+                for i in range(node.count)
+            ]
+        return slots
+    if not discovered:
+        raise InferplaneError(
+            "the fleet says gpus: discover but no GPUs were found", field="gpus",
+            value="discover",
+            fix="run on a host with NVIDIA GPUs, or list them under gpus: nodes:",
+        )
+    return [
+        Slot(
+            DISCOVERED_NODE, gpu.index, gpu.spec.name if gpu.spec else gpu.name,
+            gpu.total_bytes, gpu.spec.interconnect if gpu.spec else "pcie", units, gpu.uuid,
+        )
+        for gpu in sorted(discovered, key=lambda g: g.index)
+    ]
+
+
+def gpu_types(
+    slots: list[Slot], fleet: FleetSpec, discovered: list[DiscoveredGpu] | None
+) -> dict[str, GpuType]:
+    specs = {g.spec.name: g.spec for g in discovered or [] if g.spec is not None}
+    per_node: dict[tuple[str, str], int] = {}
+    for slot in slots:
+        per_node[(slot.node, slot.gpu_type)] = per_node.get((slot.node, slot.gpu_type), 0) + 1
+    out: dict[str, GpuType] = {}
+    for slot in slots:
+        if slot.gpu_type in out:
+            continue
+        spec = specs.get(slot.gpu_type)
+        if spec is None and fleet.gpus is not None:
+            spec = lookup_gpu(slot.gpu_type)
+        most = max(n for (_, t), n in per_node.items() if t == slot.gpu_type)
+        out[slot.gpu_type] = GpuType(slot.gpu_type, slot.total_bytes, spec, most)
+    return out
+
+
+def _allowed_types(model: ModelSpec, fleet: FleetSpec, types: dict[str, GpuType]) -> list[str]:
+    allowed = list(types)
+    if model.placement.gpu_type is not None:
+        allowed = [t for t in allowed if t == model.placement.gpu_type]
+    if model.placement.node is not None and fleet.gpus is not None:
+        node = fleet.gpus.node(model.placement.node)
+        allowed = [t for t in allowed if node is not None and t == node.gpu_type]
+    if not allowed:
+        wanted = model.placement.gpu_type or model.placement.node
+        raise InferplaneError(
+            f"no GPU in the inventory matches the placement hint {wanted!r}",
+            field=f"models.{model.name}.placement", value=wanted,
+            fix=f"use one of the inventory's GPU types: {', '.join(types)}, or drop the hint",
+        )
+    return allowed
+
+
+def _profile(model: ModelSpec, profiles: Mapping[str, ModelProfile] | None) -> ModelProfile:
+    if profiles is not None and model.name in profiles:
+        return profiles[model.name]
+    assert model.source is not None
+    return load_profile(model.source)
+
+
+def _assemble(
+    fleet: FleetSpec,
+    items: list[Item],
+    profiles: Mapping[str, ModelProfile],
+    slots: list[Slot],
+    placement: Placement,
+    policy: PlacementPolicy,
+    budget: float,
+    fleet_file: str,
+) -> Plan:
+    by_id = {item.id: item for item in items}
+    shares = share_cards(by_id, placement.choices, slots)
+    slot_of = {s.key: s for s in slots}
+    models = {m.name: m for m in fleet.placed_models}
+    ordered = sorted(items, key=lambda i: (i.order, i.replica))
+    warnings: list[str] = list(placement.notes)
+    instances: list[PlanInstance] = []
+    for n, item in enumerate(ordered):
+        choice = placement.choices[item.id]
+        instance, notes = _instance(
+            models[item.model], profiles[item.model], item, choice, shares[item.id],
+            [slot_of[(choice.node, i)] for i in choice.indices], BASE_PORT + n, fleet,
+        )
+        instances.append(instance)
+        warnings += [w for w in notes if w not in warnings]
+    gpus = _gpus(slots, instances, budget, fleet.engine.version)
+    used = [g for g in gpus if g.instances]
+    free_total = sum(g.free_gib for g in gpus)
+    free_on_used = sum(g.free_gib for g in used)
+    mem_used = sum(g.memory_gib for g in used)
+    totals = PlanTotals(
+        gpus_total=len(gpus),
+        gpus_used=len(used),
+        gpus_idle=len(gpus) - len(used),
+        gpus_needed_at_peak=len(used),
+        fragmentation=round(free_on_used / free_total, 4) if free_total > 0 else 0.0,
+        memory_efficiency=round(sum(g.used_gib for g in used) / mem_used, 4) if mem_used else 0.0,
+        solver=placement.solver,
+        solver_optimal=placement.optimal,
+    )
+    return Plan(
+        fleet_file=fleet_file,
+        engine=fleet.engine.kind,
+        engine_version=fleet.engine.version,
+        policy=policy,
+        card_budget_fraction=budget,
+        instances=instances,
+        gpus=gpus,
+        endpoints=[
+            PlanEndpoint(model=m.name, urls=list(m.endpoints or []))
+            for m in fleet.endpoint_models
+        ],
+        totals=totals,
+        warnings=warnings,
+    )
+
+
+def _instance(
+    model: ModelSpec,
+    profile: ModelProfile,
+    item: Item,
+    choice: Choice,
+    share: CardShare,
+    slots: list[Slot],
+    port: int,
+    fleet: FleetSpec,
+) -> tuple[PlanInstance, list[str]]:
+    shape = item.shapes[choice.gpu_type]
+    total = slots[0].total_bytes
+    util = share.units / UNITS
+    kv_bytes = shape.kv_bytes_at(share.units, total)
+    settings = replace(
+        shape.settings, gpu_memory_utilization=util,
+        kv_cache_memory_bytes=share.kv_cache_memory_bytes or kv_bytes,
+    )
+    spec = find_gpu(choice.gpu_type)
+    est = estimate_memory(profile, settings, gpu=spec, gpu_memory_bytes=total)
+    notes = list(shape.warnings) + [f"{item.id}: {e}" for e in est.errors]
+    notes += [f"{model.name}: {w}" for w in est.warnings if not w.startswith("P09")]
+    if est.max_concurrency < shape.target_seqs:
+        notes.append(
+            f"P09: {item.id} holds {est.max_concurrency:.1f} concurrent requests of "
+            f"{est.max_model_len} tokens (max_num_seqs {est.max_num_seqs}); the rest queue"
+            + (f"; TP {shape.wider[0]} would hold {shape.wider[1]:.1f}" if shape.wider else "")
+        )
+    graph_gib = (shape.non_kv_bytes - int((est.weights_gib + est.activation_gib
+                                           + est.non_torch_gib) * GIB)) / GIB
+    if not est.cuda_graph_in_budget:
+        graph_gib = (shape.outside_bytes - int(est.cuda_context_gib * GIB)) / GIB
+    memory = InstanceMemory(
+        weights_gib=est.weights_gib,
+        kv_cache_gib=round(est.kv_cache_gib, 4),
+        activation_gib=est.activation_gib,
+        non_torch_gib=est.non_torch_gib,
+        cuda_graph_gib=round(max(0.0, graph_gib), 4),
+        cuda_context_gib=est.cuda_context_gib,
+        kv_cache_tokens=est.kv_cache_tokens,
+        max_concurrency=est.max_concurrency,
+        kv_bytes_per_token=est.kv_bytes_per_token,
+    )
+    argv = build_vllm_argv(
+        VllmArgs(
+            source=model.source or "",
+            served_model_name=model.engine_model_name,
+            port=port,
+            max_model_len=shape.max_model_len,
+            tensor_parallel_size=shape.tensor_parallel_size,
+            gpu_memory_utilization=util,
+            max_num_seqs=est.max_num_seqs,
+            max_num_batched_tokens=est.max_num_batched_tokens,
+            dtype=model.dtype,
+            quantization=model.quantization,
+            kv_cache_dtype=model.kv_cache_dtype,
+            kv_cache_memory_bytes=share.kv_cache_memory_bytes,
+            enforce_eager=model.enforce_eager,
+            task=model.task,
+            cudagraph_capture_sizes=shape.capture_sizes,
+            extra_args=model.extra_args,
+        ),
+        version=fleet.engine.version,
+    )
+    env = {**fleet.engine.extra_env, **model.env, **placement_env(slots)}
+    weights_total = int(est.weights_gib * GIB) * shape.tensor_parallel_size
+    instance = PlanInstance(
+        id=item.id,
+        model=model.name,
+        served_model_name=model.engine_model_name,
+        replica=item.replica,
+        node=choice.node,
+        gpu_type=choice.gpu_type,
+        gpu_indices=list(choice.indices),
+        gpu_uuids=[s.uuid for s in slots if s.uuid] if all(s.uuid for s in slots) else None,
+        tensor_parallel_size=shape.tensor_parallel_size,
+        gpu_memory_utilization=util,
+        kv_cache_memory_bytes=share.kv_cache_memory_bytes,
+        shares_gpu_with=list(share.shares_gpu_with),
+        start_after=list(share.start_after),
+        port=port,
+        max_model_len=shape.max_model_len,
+        max_num_seqs=est.max_num_seqs,
+        max_num_batched_tokens=est.max_num_batched_tokens,
+        weights_bytes=weights_total,
+        memory=memory,
+        argv=argv,
+        env=env,
+    )
+    return instance, notes
+
+
+def placement_env(slots: list[Slot]) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES as NVML indices in PCI order (P20, P21) and NCCL settings from
+    the interconnect (P34): TP groups without NVLink get NCCL_P2P_DISABLE=1, the field's
+    fix for NCCL hangs and watchdog timeouts on PCIe-only boards (S2)."""
+    env = {
+        "CUDA_VISIBLE_DEVICES": ",".join(str(s.index) for s in slots),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    if len(slots) > 1 and any(s.interconnect != "nvlink" for s in slots):
+        env["NCCL_P2P_DISABLE"] = "1"
+    return env
+
+
+def _gpus(
+    slots: list[Slot], instances: list[PlanInstance], budget: float, version: str
+) -> list[PlanGpu]:
+    graphs_inside = era_of(version) == "v1new"
+    out: list[PlanGpu] = []
+    for slot in slots:
+        here = [i for i in instances if i.node == slot.node and slot.index in i.gpu_indices]
+        total_gib = slot.total_bytes / GIB
+        used = sum(
+            i.gpu_memory_utilization * total_gib + i.memory.cuda_context_gib
+            + (0.0 if graphs_inside else i.memory.cuda_graph_gib)
+            for i in here
+        )
+        out.append(
+            PlanGpu(
+                node=slot.node, index=slot.index, uuid=slot.uuid, type=slot.gpu_type,
+                memory_gib=round(total_gib, 2), budget_gib=round(budget * total_gib, 2),
+                used_gib=round(used, 2), free_gib=round(total_gib - used, 2),
+                instances=[i.id for i in here],
+            )
+        )
+    return out

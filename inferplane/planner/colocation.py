@@ -1,0 +1,112 @@
+"""The card budget (P01) and what co-located instances are told.
+
+`gpu_memory_utilization` is a fraction of the *whole* card, per process, and each process
+also holds a CUDA context (~0.5 GiB) outside that fraction. On every GPU:
+
+    sum(utilization of its instances) + sum(their outside-budget bytes) <= budget x card
+
+Instances are packed at their minimum (co-location hints) or their want; afterwards each
+grows toward its want, largest weights first, as far as every card of its TP group allows.
+
+Co-located instances also get an explicit KV pool (`--kv-cache-memory-bytes`): vLLM sizes
+its pool from whole-device free-memory deltas, which another process on the card distorts
+(vLLM issues 10643, 14376). The pool is the instance's share minus its non-KV memory and
+vLLM's own 150 MiB redundancy buffer (`sizing.REDUNDANCY_BYTES`). They start one after
+another, largest first (`start_after`), so each start-up check sees the memory the earlier
+ones hold.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from inferplane.planner.placement import Choice, Item, Slot
+
+
+@dataclass(frozen=True)
+class CardShare:
+    units: int  # utilization in 1/10,000 of a card
+    kv_cache_memory_bytes: int | None  # set when the instance shares a GPU
+    shares_gpu_with: tuple[str, ...]
+    start_after: tuple[str, ...]
+
+
+def weights_rank(item: Item, choice: Choice) -> tuple[int, str]:
+    return (-item.shapes[choice.gpu_type].non_kv_bytes, item.id)
+
+
+def share_cards(
+    items: dict[str, Item], choices: dict[str, Choice], slots: list[Slot]
+) -> dict[str, CardShare]:
+    slot_of = {s.key: s for s in slots}
+    on_gpu: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for item_id, choice in choices.items():
+        for index in choice.indices:
+            on_gpu[(choice.node, index)].append(item_id)
+    units: dict[str, int] = {}
+    for item_id, choice in choices.items():
+        item = items[item_id]
+        shape = item.shapes[choice.gpu_type]
+        units[item_id] = shape.min_units if item.elastic else shape.want_units
+    order = sorted(choices, key=lambda i: weights_rank(items[i], choices[i]))
+    for item_id in order:
+        choice = choices[item_id]
+        shape = items[item_id].shapes[choice.gpu_type]
+        room = min(
+            _room(key, item_id, on_gpu, units, items, choices, slot_of)
+            for key in ((choice.node, i) for i in choice.indices)
+        )
+        units[item_id] = max(units[item_id], min(shape.want_units, room))
+    shares: dict[str, CardShare] = {}
+    for item_id in sorted(choices):
+        choice = choices[item_id]
+        mates = sorted(
+            {m for i in choice.indices for m in on_gpu[(choice.node, i)] if m != item_id}
+        )
+        kv: int | None = None
+        if mates:
+            shape = items[item_id].shapes[choice.gpu_type]
+            total = slot_of[(choice.node, choice.indices[0])].total_bytes
+            kv = shape.kv_bytes_at(units[item_id], total)
+        before = tuple(
+            m for m in mates
+            if weights_rank(items[m], choices[m]) < weights_rank(items[item_id], choice)
+        )
+        shares[item_id] = CardShare(units[item_id], kv, tuple(mates), tuple(sorted(before)))
+    return shares
+
+
+def _room(
+    key: tuple[str, int],
+    item_id: str,
+    on_gpu: dict[tuple[str, int], list[str]],
+    units: dict[str, int],
+    items: dict[str, Item],
+    choices: dict[str, Choice],
+    slot_of: dict[tuple[str, int], Slot],
+) -> int:
+    slot = slot_of[key]
+    taken = 0
+    for other in on_gpu[key]:
+        shape = items[other].shapes[choices[other].gpu_type]
+        taken += shape.outside_units_for(slot.total_bytes)
+        if other != item_id:
+            taken += units[other]
+    return slot.capacity_units - taken
+
+
+def card_used_units(
+    key: tuple[str, int],
+    shares: dict[str, CardShare],
+    items: dict[str, Item],
+    choices: dict[str, Choice],
+    total_bytes: int,
+) -> int:
+    """What the plan puts on one GPU, in card units (for checks and reports)."""
+    used = 0
+    for item_id, choice in choices.items():
+        if choice.node == key[0] and key[1] in choice.indices:
+            shape = items[item_id].shapes[choice.gpu_type]
+            used += shares[item_id].units + shape.outside_units_for(total_bytes)
+    return used
