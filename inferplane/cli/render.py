@@ -1,0 +1,112 @@
+"""`inferplane render`: the fleet as Kubernetes manifests, docker compose files or systemd units."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+
+from inferplane.cli.main import app
+from inferplane.errors import USAGE_EXIT_CODE, InferplaneError
+
+
+def _load_plan(path: Path) -> object:
+    from pydantic import ValidationError
+
+    from inferplane.planner.plan import Plan
+
+    try:
+        return Plan.model_validate_json(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InferplaneError("cannot read the plan file", field="--plan", value=str(path),
+                              fix="give a JSON plan written by `inferplane plan --json`") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InferplaneError(f"not a valid plan: {where}: {first['msg']}", field="--plan",
+                              value=str(path), fix="re-create it with `inferplane plan`") from exc
+
+
+@app.command()
+def render(
+    fleet: Path | None = typer.Argument(None, help="Fleet file (omit with --check)."),
+    target: str = typer.Option("k8s", "--target", help="k8s | compose | systemd"),
+    out: Path | None = typer.Option(None, "--out", help="Directory to write."),
+    plan: Path | None = typer.Option(
+        None, "--plan", help="A saved plan (JSON); default: plan now."),
+    namespace: str = typer.Option("inferplane", "--namespace", help="Kubernetes namespace."),
+    k8s_version: str = typer.Option("1.30", "--k8s-version", help="Oldest cluster version."),
+    autoscaler: str = typer.Option("keda", "--autoscaler", help="keda | hpa | none"),
+    ingress_host: str | None = typer.Option(None, "--ingress-host",
+                                            help="Render an Ingress for this host."),
+    disk_read_mib_s: float = typer.Option(
+        200.0, "--disk-read-mib-s", help="Model store read speed, for startup budgets (P24)."),
+    gateway_image: str | None = typer.Option(None, "--gateway-image",
+                                             help="Image with inferplane installed."),
+    check: Path | None = typer.Option(None, "--check", help="Validate this rendered directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON result."),
+) -> None:
+    """Render the fleet's plan for Kubernetes, docker compose or systemd; or --check a dir."""
+    from inferplane.deploy import RenderOptions, check_dir
+    from inferplane.deploy import render as do_render
+    from inferplane.deploy.checks import DEFAULT_K8S_VERSIONS
+    from inferplane.deploy.options import k8s_minor
+
+    if check is not None:
+        k8s_minor(k8s_version)
+        versions = tuple(sorted({*DEFAULT_K8S_VERSIONS, k8s_version},
+                                key=lambda v: k8s_minor(v)))
+        problems = check_dir(check, versions)
+        if as_json:
+            typer.echo(json.dumps({"dir": str(check), "valid": not problems,
+                                   "versions": list(versions),
+                                   "problems": [p.render() for p in problems]}))
+        else:
+            for problem in problems:
+                typer.echo(problem.render())
+            state = "invalid" if problems else "ok"
+            k8s = (check / "kustomization.yaml").is_file()
+            schemas = f" (Kubernetes {', '.join(versions)})" if k8s else ""
+            typer.echo(f"{state} {check}: {len(problems)} problems{schemas}")
+        if problems:
+            raise typer.Exit(USAGE_EXIT_CODE)
+        return
+    if fleet is None or out is None:
+        raise InferplaneError("render needs a fleet file and --out", field="FLEET",
+                              fix="inferplane render FLEET.yaml --target k8s --out DIR "
+                                  "(or --check DIR)")
+    if autoscaler not in ("keda", "hpa", "none"):
+        raise InferplaneError("unknown autoscaler", field="--autoscaler", value=autoscaler,
+                              fix="use keda, hpa or none")
+    from inferplane.spec import load_fleet
+
+    spec = load_fleet(fleet)
+    if plan is not None:
+        the_plan = _load_plan(plan)
+    else:
+        try:
+            from inferplane.planner.build import plan_fleet
+        except ImportError as exc:
+            raise InferplaneError("the planner is not available in this build",
+                                  field="--plan",
+                                  fix="pass a saved plan with --plan plan.json") from exc
+        the_plan = plan_fleet(spec, fleet_file=str(fleet))
+    from inferplane.planner.plan import Plan
+
+    assert isinstance(the_plan, Plan)
+    options = RenderOptions(
+        namespace=namespace, k8s_version=k8s_version,
+        autoscaler="keda" if autoscaler == "keda" else "hpa" if autoscaler == "hpa" else "none",
+        ingress_host=ingress_host, disk_read_mib_s=disk_read_mib_s,
+        fleet_text=fleet.read_text(encoding="utf-8"),
+    )
+    if gateway_image:
+        options = replace(options, gateway_image=gateway_image)
+    written = do_render(spec, the_plan, target, out, options=options)
+    if as_json:
+        typer.echo(json.dumps({"target": target, "out": str(out),
+                               "files": [str(p.relative_to(out)) for p in written]}))
+    else:
+        typer.echo(f"wrote {len(written)} files to {out} (target {target})")

@@ -1,0 +1,356 @@
+"""Validation of rendered output: real schemas plus inferplane's own semantic checks.
+
+Kubernetes: every built-in object against the official OpenAPI-derived JSON schemas in
+strict mode (`kubernetes-validate`) for each requested version; KEDA and
+prometheus-operator objects through their generated pydantic models
+(`cloudcoil-models-keda`, `cloudcoil-models-prometheus-operator`) with a round trip that
+catches unknown fields; then the checks no schema expresses (selectors match labels, scale
+targets exist, GPU requests = limits, quantities parse, DNS-1123 names, port names <= 15
+characters, one PDB per pod, drain and rollout settings).
+Compose: the compose-spec JSON schema. systemd: `systemd-analyze verify` when present.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferplane.deploy.names import DNS1035_LABEL, IANA_SVC_NAME
+from inferplane.deploy.yamlio import load_docs
+from inferplane.errors import InferplaneError
+
+DEFAULT_K8S_VERSIONS = ("1.29", "1.33")
+QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?\d+)?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+GPU_PREFIXES = ("nvidia.com/", "amd.com/gpu")
+_NAMED_BY_DNS1035 = {"Service"}
+
+
+@dataclass(frozen=True)
+class CheckProblem:
+    file: str
+    obj: str  # "Kind/name" or "" for the file as a whole
+    message: str
+
+    def render(self) -> str:
+        where = f"{self.file}: {self.obj}" if self.obj else self.file
+        return f"{where}: {self.message}"
+
+
+Doc = tuple[str, dict[str, Any]]
+
+
+def _kn(doc: dict[str, Any]) -> str:
+    return f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
+
+
+# --- schemas ------------------------------------------------------------------------------
+
+_CRD_MODELS: dict[tuple[str, str], tuple[str, str]] = {
+    ("keda.sh/v1alpha1", "ScaledObject"): ("cloudcoil.models.keda.v1alpha1", "ScaledObject"),
+    ("monitoring.coreos.com/v1", "PodMonitor"): (
+        "cloudcoil.models.prometheus_operator.v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): (
+        "cloudcoil.models.prometheus_operator.v1", "PrometheusRule"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): (
+        "cloudcoil.models.prometheus_operator.v1", "ServiceMonitor"),
+}
+
+
+def _first_difference(want: Any, got: Any, path: str = "") -> str | None:
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key in sorted(want):
+            if key not in got:
+                return f"{path}.{key}".lstrip(".")
+            diff = _first_difference(want[key], got[key], f"{path}.{key}")
+            if diff:
+                return diff
+        return None
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return path.lstrip(".")
+        for i, (a, b) in enumerate(zip(want, got, strict=True)):
+            diff = _first_difference(a, b, f"{path}[{i}]")
+            if diff:
+                return diff
+        return None
+    return None if want == got and type(want) is type(got) else path.lstrip(".") or "."
+
+
+def schema_problems(docs: list[Doc], versions: tuple[str, ...]) -> list[CheckProblem]:
+    import importlib
+
+    import kubernetes_validate
+    from pydantic import ValidationError
+
+    problems: list[CheckProblem] = []
+    for file, doc in docs:
+        if doc.get("kind") == "Kustomization":
+            continue
+        key = (str(doc.get("apiVersion")), str(doc.get("kind")))
+        if key in _CRD_MODELS:
+            module, cls_name = _CRD_MODELS[key]
+            model = getattr(importlib.import_module(module), cls_name)
+            try:
+                obj = model.model_validate(doc)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                loc = ".".join(str(p) for p in first["loc"])
+                problems.append(CheckProblem(file, _kn(doc), f"{loc}: {first['msg']}"))
+                continue
+            back = obj.model_dump(by_alias=True, exclude_unset=True, mode="json")
+            diff = _first_difference(doc, back)
+            if diff:
+                problems.append(CheckProblem(
+                    file, _kn(doc), f"unknown or mistyped field `{diff}` ({key[0]} {key[1]})"))
+            continue
+        for version in versions:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.SchemaNotFoundError:
+                problems.append(CheckProblem(
+                    file, _kn(doc), f"no schema for {key[0]} {key[1]} in Kubernetes {version}"))
+            except kubernetes_validate.ValidationError as exc:
+                where = ".".join(str(p) for p in exc.path)
+                problems.append(CheckProblem(
+                    file, _kn(doc), f"Kubernetes {version}: {where}: {exc.message}"))
+    return problems
+
+
+# --- semantic checks ------------------------------------------------------------------------
+
+
+def _pod_template(doc: dict[str, Any]) -> dict[str, Any] | None:
+    if doc.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+        template = (doc.get("spec") or {}).get("template")
+        return template if isinstance(template, dict) else None
+    return None
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def _quantities(obj: Any, path: str, out: list[tuple[str, str]]) -> None:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            sub = f"{path}.{key}"
+            if key in ("requests", "limits") and isinstance(value, dict):
+                for res, qty in value.items():
+                    out.append((f"{sub}.{res}", str(qty)))
+            elif key == "sizeLimit":
+                out.append((sub, str(value)))
+            else:
+                _quantities(value, sub, out)
+    elif isinstance(obj, list):
+        for i, item in enumerate(obj):
+            _quantities(item, f"{path}[{i}]", out)
+
+
+def _sleep_s(container: dict[str, Any]) -> int:
+    pre = ((container.get("lifecycle") or {}).get("preStop") or {})
+    command = (pre.get("exec") or {}).get("command") or []
+    if len(command) == 2 and command[0] == "sleep" and str(command[1]).isdigit():
+        return int(command[1])
+    return int((pre.get("sleep") or {}).get("seconds", 0))
+
+
+def _shutdown_timeout_s(container: dict[str, Any]) -> int:
+    args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    for i, arg in enumerate(args):
+        if arg == "--shutdown-timeout" and i + 1 < len(args) and args[i + 1].isdigit():
+            return int(args[i + 1])
+        if arg.startswith("--shutdown-timeout="):
+            return int(arg.split("=", 1)[1])
+    return 0
+
+
+def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
+    problems: list[CheckProblem] = []
+
+    def bad(file: str, doc: dict[str, Any], message: str) -> None:
+        problems.append(CheckProblem(file, _kn(doc), message))
+
+    pods: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # file, workload, template
+    seen: set[tuple[str, str, str]] = set()
+    for file, doc in docs:
+        kind = str(doc.get("kind"))
+        meta = doc.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if kind == "Kustomization":
+            continue
+        pattern = DNS1035_LABEL if kind in _NAMED_BY_DNS1035 else DNS1123_SUBDOMAIN
+        limit = 63 if kind in _NAMED_BY_DNS1035 else 253
+        if not pattern.match(name) or len(name) > limit:
+            bad(file, doc, f"name {name!r} is not a valid {kind} name")
+        key = (kind, str(meta.get("namespace", "")), name)
+        if key in seen:
+            bad(file, doc, "duplicate object")
+        seen.add(key)
+        found: list[tuple[str, str]] = []
+        _quantities(doc.get("spec"), "spec", found)
+        for where, qty in found:
+            if not QUANTITY.match(qty):
+                bad(file, doc, f"{where}: {qty!r} is not a Kubernetes quantity")
+        template = _pod_template(doc)
+        if template is None:
+            continue
+        pods.append((file, doc, template))
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        match = ((doc.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        if not _matches(match, labels):
+            bad(file, doc, "spec.selector.matchLabels do not match the pod template labels")
+        spec = template.get("spec") or {}
+        containers = spec.get("containers") or []
+        port_names: set[str] = set()
+        gpu_containers = 0
+        grace = int(spec.get("terminationGracePeriodSeconds", 30))
+        for c in containers:
+            res = c.get("resources") or {}
+            req, lim = res.get("requests") or {}, res.get("limits") or {}
+            gpu_keys = {k for k in {*req, *lim} if k.startswith(GPU_PREFIXES)}
+            if gpu_keys:
+                gpu_containers += 1
+            for res_key in sorted(gpu_keys):
+                if str(req.get(res_key)) != str(lim.get(res_key)):
+                    bad(file, doc, f"container {c.get('name')}: {res_key} requests "
+                                   f"{req.get(res_key)} != limits {lim.get(res_key)}")
+            for port in c.get("ports") or []:
+                pname = port.get("name")
+                if pname is None:
+                    continue
+                if len(pname) > 15 or not IANA_SVC_NAME.match(pname):
+                    bad(file, doc, f"port name {pname!r} is not an IANA service name "
+                                   "(<= 15 chars, lowercase, a letter, no '--')")
+                if pname in port_names:
+                    bad(file, doc, f"port name {pname!r} used twice in one pod")
+                port_names.add(pname)
+            needed = _sleep_s(c) + _shutdown_timeout_s(c)
+            if needed and grace <= needed:
+                bad(file, doc, f"container {c.get('name')}: terminationGracePeriodSeconds "
+                               f"{grace} is not longer than preStop + drain ({needed} s, P27)")
+            if gpu_keys and c.get("livenessProbe") and not c.get("startupProbe"):
+                bad(file, doc, f"container {c.get('name')}: a liveness probe without a "
+                               "startup probe kills models while they load (P24)")
+        if gpu_containers > 1 and len(containers) > 1:
+            bad(file, doc, f"{gpu_containers} containers request GPUs: the device plugin "
+                           "gives each its own (P18)")
+        if gpu_containers and doc.get("kind") == "Deployment":
+            strategy = (doc.get("spec") or {}).get("strategy") or {}
+            rolling = strategy.get("rollingUpdate") or {}
+            if strategy.get("type") != "Recreate" and str(rolling.get("maxSurge")) != "0":
+                bad(file, doc, "GPU Deployment without maxSurge: 0 (or Recreate): the new "
+                               "pod waits for the GPU the old one holds (P26)")
+
+    def pods_selected(selector: dict[str, str]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+        return [p for p in pods if _matches(selector, (p[2].get("metadata") or {}).get(
+            "labels") or {})]
+
+    pdb_count: dict[str, int] = {}
+    workloads = {(str(d.get("kind")), str((d.get("metadata") or {}).get("name"))) for _, d in docs}
+    for file, doc in docs:
+        kind = str(doc.get("kind"))
+        spec = doc.get("spec") or {}
+        if kind == "Service" and spec.get("selector"):
+            selected = pods_selected(spec["selector"])
+            if not selected:
+                bad(file, doc, "selector matches no pod template")
+            for port in spec.get("ports") or []:
+                target = port.get("targetPort")
+                for _, wl, tpl in selected:
+                    names = {p.get("name") for c in (tpl.get("spec") or {}).get(
+                        "containers") or [] for p in c.get("ports") or []}
+                    if isinstance(target, str) and target not in names:
+                        bad(file, doc, f"targetPort {target!r} is not a port of {_kn(wl)}")
+        if kind in ("PodDisruptionBudget", "PodMonitor"):
+            selector = (spec.get("selector") or {}).get("matchLabels") or {}
+            selected = pods_selected(selector)
+            if not selected:
+                bad(file, doc, "selector matches no pod template")
+            if kind == "PodDisruptionBudget":
+                for _, wl, _tpl in selected:
+                    pdb_count[_kn(wl)] = pdb_count.get(_kn(wl), 0) + 1
+            else:
+                for endpoint in spec.get("podMetricsEndpoints") or []:
+                    for _, wl, tpl in selected:
+                        names = {p.get("name") for c in (tpl.get("spec") or {}).get(
+                            "containers") or [] for p in c.get("ports") or []}
+                        if endpoint.get("port") not in names:
+                            bad(file, doc, f"port {endpoint.get('port')!r} is not a port "
+                                           f"of {_kn(wl)}")
+        if kind in ("ScaledObject", "HorizontalPodAutoscaler"):
+            ref = spec.get("scaleTargetRef") or {}
+            if (str(ref.get("kind", "Deployment")), str(ref.get("name"))) not in workloads:
+                bad(file, doc, f"scale target {ref.get('kind', 'Deployment')}/"
+                               f"{ref.get('name')} does not exist")
+    for owner, count in sorted(pdb_count.items()):
+        if count > 1:
+            problems.append(CheckProblem("", owner, f"{count} PodDisruptionBudgets select its "
+                                                 "pods; the eviction API refuses such pods"))
+    return problems
+
+
+# --- directories ----------------------------------------------------------------------------
+
+
+def load_k8s_dir(path: Path) -> tuple[list[Doc], list[CheckProblem]]:
+    kfile = path / "kustomization.yaml"
+    problems: list[CheckProblem] = []
+    kust = load_docs(kfile.read_text(encoding="utf-8"))
+    resources = (kust[0] if kust else {}).get("resources") or []
+    docs: list[Doc] = []
+    for rel in resources:
+        file = path / rel
+        if not file.is_file():
+            problems.append(CheckProblem("kustomization.yaml", "", f"resource {rel} is missing"))
+            continue
+        try:
+            docs += [(rel, d) for d in load_docs(file.read_text(encoding="utf-8"))]
+        except yaml.YAMLError as exc:
+            problems.append(CheckProblem(rel, "", f"not YAML: {exc}"))
+    return docs, problems
+
+
+def check_k8s_dir(path: Path, versions: tuple[str, ...] = DEFAULT_K8S_VERSIONS) -> list[
+        CheckProblem]:
+    docs, problems = load_k8s_dir(path)
+    return problems + schema_problems(docs, versions) + semantic_problems(docs)
+
+
+def check_dir(path: Path, versions: tuple[str, ...] = DEFAULT_K8S_VERSIONS) -> list[
+        CheckProblem]:
+    """Validate a rendered directory of any target; an empty list means it passed."""
+    if not path.is_dir():
+        raise InferplaneError("not a directory", field="--check", value=str(path),
+                              fix="give the directory `inferplane render --out` wrote")
+    if (path / "kustomization.yaml").is_file():
+        return check_k8s_dir(path, versions)
+    composes = sorted(path.rglob("compose.yaml"))
+    if composes:
+        from inferplane.deploy.compose import check_compose_file
+
+        return [p for f in composes for p in check_compose_file(f, path)]
+    units = sorted(path.rglob("*.service"))
+    if units:
+        from inferplane.deploy.systemd import check_units
+
+        return check_units(path)
+    raise InferplaneError(
+        "no rendered files found (kustomization.yaml, compose.yaml or *.service)",
+        field="--check", value=str(path),
+        fix="render first: inferplane render FLEET.yaml --target k8s --out DIR",
+    )
+
+
+def systemd_analyze() -> str | None:
+    return shutil.which("systemd-analyze")
+
+
+def run_quiet(argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)

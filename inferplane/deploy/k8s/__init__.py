@@ -1,0 +1,71 @@
+"""Kubernetes manifests from a Plan: a kustomize-ready directory of YAML files.
+
+Layout (one file per object kind per workload or model):
+  engines/<workload>/deployment.yaml, pdb.yaml
+  models/<model>/service.yaml, podmonitor.yaml, scaledobject.yaml | hpa.yaml
+  gateway/configmap.yaml, deployment.yaml, service.yaml, pdb.yaml, podmonitor.yaml,
+          ingress.yaml
+  monitoring/prometheusrule.yaml, dashboard.yaml
+  kustomization.yaml
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from inferplane.deploy.k8s import autoscaling, gateway, monitoring, pdb, services, workloads
+from inferplane.deploy.k8s.context import K8sContext
+from inferplane.deploy.names import object_name
+from inferplane.deploy.options import RenderOptions
+from inferplane.planner.plan import Plan
+from inferplane.spec import FleetSpec
+
+Files = dict[str, list[dict[str, Any]]]
+
+
+def render_k8s(fleet: FleetSpec, plan: Plan, options: RenderOptions, fleet_text: str) -> Files:
+    """Every object by relative file path; the caller dumps and writes them."""
+    ctx = K8sContext(fleet, plan, options)
+    files: Files = {}
+    for workload in ctx.workloads:
+        base = f"engines/{workload.name}"
+        files[f"{base}/deployment.yaml"] = [workloads.deployment(ctx, workload)]
+        files[f"{base}/pdb.yaml"] = [pdb.pdb(ctx, workload)]
+    for model in ctx.models:
+        base = f"models/{object_name(model)}"
+        files[f"{base}/service.yaml"] = [services.service(ctx, model)]
+        files[f"{base}/podmonitor.yaml"] = [monitoring.pod_monitor(ctx, model)]
+    if options.autoscaler != "none":
+        scaled = autoscaling.scaled_workloads(ctx)
+        for workload, bounds in scaled:
+            base = f"models/{object_name(workload.models[0])}"
+            if options.autoscaler == "keda":
+                files[f"{base}/scaledobject.yaml"] = [
+                    autoscaling.scaled_object(ctx, workload, bounds)
+                ]
+            else:
+                files[f"{base}/hpa.yaml"] = [autoscaling.hpa(ctx, workload, bounds)]
+        if scaled and options.autoscaler == "hpa":
+            files["monitoring/prometheus-adapter-rules.yaml"] = [autoscaling.adapter_rules(ctx)]
+    config_hash = hashlib.sha256(fleet_text.encode()).hexdigest()[:16]
+    files["gateway/configmap.yaml"] = [gateway.config_map(ctx, fleet_text)]
+    files["gateway/deployment.yaml"] = [gateway.deployment(ctx, config_hash)]
+    files["gateway/service.yaml"] = [gateway.service(ctx)]
+    files["gateway/pdb.yaml"] = [gateway.pdb(ctx)]
+    files["gateway/podmonitor.yaml"] = [monitoring.gateway_pod_monitor(ctx)]
+    if options.ingress_host:
+        files["gateway/ingress.yaml"] = [gateway.ingress(ctx, options.ingress_host)]
+    files["monitoring/prometheusrule.yaml"] = [monitoring.prometheus_rule(ctx)]
+    files["monitoring/dashboard.yaml"] = [monitoring.dashboard_configmap(ctx)]
+    files["kustomization.yaml"] = [kustomization(options, sorted(files))]
+    return files
+
+
+def kustomization(options: RenderOptions, resources: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": options.namespace,
+        "resources": resources,
+    }

@@ -1,0 +1,135 @@
+"""What every Kubernetes renderer shares: the fleet, the plan, the options, and workloads."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from inferplane.deploy.names import (
+    LABEL_COMPONENT,
+    LABEL_PART_OF,
+    LABEL_WORKLOAD,
+    PART_OF,
+    gpu_groups,
+    model_label,
+    object_name,
+)
+from inferplane.deploy.options import RenderOptions, engine_image
+from inferplane.errors import InferplaneError
+from inferplane.planner.plan import Plan, PlanInstance
+from inferplane.spec import FleetSpec
+
+ENGINE_SERVICE_PORT = 8000
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One Deployment: identical pods, each running `members` (one, or a co-located group)."""
+
+    name: str
+    members: tuple[PlanInstance, ...]  # replica 0's instances, in start order
+    replicas: int
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(inst.model for inst in self.members)
+
+    @property
+    def colocated(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def gpus(self) -> int:
+        return self.members[0].tensor_parallel_size
+
+
+@dataclass(frozen=True)
+class K8sContext:
+    fleet: FleetSpec
+    plan: Plan
+    options: RenderOptions
+
+    @property
+    def namespace(self) -> str:
+        return self.options.namespace
+
+    @property
+    def image(self) -> str:
+        engine = self.fleet.engine
+        return engine_image(engine.kind, engine.version, engine.image, self.options)
+
+    @cached_property
+    def workloads(self) -> list[Workload]:
+        """Plan instances grouped into Deployments: one per model, or per co-located set."""
+        shapes: dict[tuple[str, ...], list[list[PlanInstance]]] = {}
+        for group in gpu_groups(self.plan):
+            shapes.setdefault(tuple(inst.model for inst in group), []).append(group)
+        workloads: list[Workload] = []
+        names: set[str] = set()
+        for models, groups in shapes.items():
+            groups.sort(key=lambda g: g[0].replica)
+            name = object_name("-".join(models))
+            if name in names:
+                raise InferplaneError(
+                    "two workloads get the same Kubernetes name",
+                    field="models",
+                    value=name,
+                    fix="rename one of the models so their names differ after '.' -> '-'",
+                )
+            names.add(name)
+            workloads.append(Workload(name, tuple(groups[0]), len(groups)))
+        return sorted(workloads, key=lambda w: w.name)
+
+    def workload_of(self, model: str) -> list[Workload]:
+        return [w for w in self.workloads if model in w.models]
+
+    @cached_property
+    def models(self) -> list[str]:
+        """Placed models that have at least one instance in the plan, in fleet order."""
+        present = {inst.model for inst in self.plan.instances}
+        return [m.name for m in self.fleet.models if m.name in present]
+
+    def served_name(self, model: str) -> str:
+        for inst in self.plan.instances:
+            if inst.model == model:
+                return inst.served_model_name
+        return model
+
+    def metadata(self, name: str, component: str, **labels: str) -> dict[str, Any]:
+        merged = {**self.base_labels(component), **labels}
+        return {"name": name, "namespace": self.namespace, "labels": merged}
+
+    def base_labels(self, component: str) -> dict[str, str]:
+        return {LABEL_PART_OF: PART_OF, LABEL_COMPONENT: component, **self.options.extra_labels}
+
+    def pod_labels(self, workload: Workload) -> dict[str, str]:
+        labels = {**self.base_labels("engine"), LABEL_WORKLOAD: workload.name}
+        for model in workload.models:
+            labels[model_label(model)] = "true"
+        return labels
+
+    def selector(self, workload: Workload) -> dict[str, str]:
+        return {LABEL_PART_OF: PART_OF, LABEL_WORKLOAD: workload.name}
+
+    def node_selector(self, gpu_type: str) -> dict[str, str]:
+        """Pin pods to nodes of the plan's GPU type (P14): the Kubernetes scheduler counts
+        GPUs, not memory. Uses the node labels the fleet file gives for that type (all
+        nodes' common labels), else `inferplane.io/gpu-type: <type>`."""
+        inventory = self.fleet.gpus
+        if inventory is not None:
+            label_sets = [
+                dict(node.labels) for node in inventory.nodes if node.gpu_type == gpu_type
+            ]
+            if label_sets and all(label_sets):
+                common = dict(label_sets[0])
+                for labels in label_sets[1:]:
+                    common = {k: v for k, v in common.items() if labels.get(k) == v}
+                if common:
+                    return dict(sorted(common.items()))
+        value = gpu_type if _LABEL_VALUE.match(gpu_type) and len(gpu_type) <= 63 else (
+            object_name(gpu_type)
+        )
+        return {self.options.gpu_type_label: value}

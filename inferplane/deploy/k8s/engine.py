@@ -1,0 +1,197 @@
+"""Engine pods: containers, probes, drain, GPU resources, /dev/shm, nofile, co-location.
+
+A workload's pod runs one engine container per member. A co-located pod (S0, P18–P20):
+only the first container requests `nvidia.com/gpu`; it writes the UUIDs of the GPUs the
+device plugin gave it to an emptyDir. The others request no GPU, see every card through
+`NVIDIA_VISIBLE_DEVICES=all`, wait for that file and for the containers they start after,
+map each UUID to its NVML index and exec vLLM with that `CUDA_VISIBLE_DEVICES` (integer
+indices: vLLM rejects UUIDs, P20).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from inferplane.deploy.k8s.context import K8sContext, Workload
+from inferplane.deploy.names import object_name, port_name
+from inferplane.deploy.options import supports_shutdown_timeout
+from inferplane.planner.plan import PlanInstance
+
+GPU_RESOURCE = "nvidia.com/gpu"
+HANDOFF_DIR = "/run/inferplane/gpu"
+HANDOFF_FILE = f"{HANDOFF_DIR}/uuids"
+HF_CACHE_HOST = "/var/lib/inferplane/hf-cache"
+HF_CACHE_MOUNT = "/root/.cache/huggingface"
+HANDOFF_WAIT_S = 600
+
+
+def shm_gib(tensor_parallel_size: int) -> int:
+    """/dev/shm for NCCL and vLLM's shared-memory broadcast: grows with the TP group."""
+    return 2 if tensor_parallel_size == 1 else min(64, 8 * tensor_parallel_size)
+
+
+def engine_argv(ctx: K8sContext, inst: PlanInstance) -> list[str]:
+    """The plan's exact argv, listening on every interface and draining on SIGTERM (P27)."""
+    argv = list(inst.argv)
+    if "--host" in argv:
+        argv[argv.index("--host") + 1] = "0.0.0.0"
+    engine = ctx.fleet.engine
+    if supports_shutdown_timeout(engine.kind, engine.version) and not any(
+        a == "--shutdown-timeout" or a.startswith("--shutdown-timeout=") for a in argv
+    ):
+        argv += ["--shutdown-timeout", str(ctx.options.drain_s)]
+    return argv
+
+
+def launcher_script(
+    ctx: K8sContext, inst: PlanInstance, role: str, wait_ports: list[int]
+) -> str:
+    """The `sh -c` wrapper that execs the argv given as "$@" (no re-quoting of JSON, P05)."""
+    nofile = ctx.options.nofile
+    lines = [
+        "set -eu",
+        f'ulimit -n {nofile} 2>/dev/null || ulimit -n "$(ulimit -Hn)"',  # P30
+    ]
+    if role == "primary":
+        lines += [
+            f"nvidia-smi --query-gpu=gpu_uuid --format=csv,noheader > {HANDOFF_FILE}.tmp",
+            f"mv {HANDOFF_FILE}.tmp {HANDOFF_FILE}",
+        ]
+    if role == "secondary":
+        lines += [
+            "i=0",
+            f'until [ -s {HANDOFF_FILE} ]; do i=$((i + 1)); if [ "$i" -gt {HANDOFF_WAIT_S} ]; '
+            f'then echo "no GPU UUID in {HANDOFF_FILE}" >&2; exit 1; fi; sleep 1; done',
+            'idx=""',
+            f"for uuid in $(cat {HANDOFF_FILE}); do",
+            "  n=$(nvidia-smi --query-gpu=index,gpu_uuid --format=csv,noheader"
+            " | awk -F', *' -v u=\"$uuid\" '$2 == u {print $1}')",
+            '  if [ -z "$n" ]; then echo "GPU $uuid is not visible" >&2; exit 1; fi',
+            '  idx="${idx:+$idx,}$n"',
+            "done",
+            'export CUDA_VISIBLE_DEVICES="$idx"',
+            'echo "CUDA_VISIBLE_DEVICES=$idx (from $(tr "\\n" " " < ' + HANDOFF_FILE + '))"',
+        ]
+    for port in wait_ports:
+        probe = (
+            "import urllib.request; "
+            f"urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=2)"
+        )
+        lines.append(
+            f"until python3 -c {shlex.quote(probe)} 2>/dev/null; do sleep 5; done"
+        )
+    lines.append('exec "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def _probe(path: str, port: str, period: int, failures: int, timeout: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def engine_container(
+    ctx: K8sContext,
+    workload: Workload,
+    position: int,
+) -> dict[str, Any]:
+    inst = workload.members[position]
+    opts = ctx.options
+    role = "solo" if not workload.colocated else "primary" if position == 0 else "secondary"
+    earlier = workload.members[:position]
+    wait_ports = [m.port for m in earlier if m.id in inst.start_after]
+    # The startup budget covers waiting for the containers this one starts after (S0 P24).
+    budget = opts.startup_budget_s(inst.weights_bytes) + sum(
+        opts.startup_budget_s(m.weights_bytes) for m in earlier if m.id in inst.start_after
+    )
+    if role == "secondary":
+        budget += HANDOFF_WAIT_S if not wait_ports else 0
+    pname = port_name(inst.model)
+    env = {k: v for k, v in inst.env.items() if k != "CUDA_VISIBLE_DEVICES"}
+    if role != "solo":
+        env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"  # nvidia-smi for the hand-off
+    if role == "secondary":
+        env["NVIDIA_VISIBLE_DEVICES"] = "all"
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs as nvidia-smi does
+    model = ctx.fleet.model(inst.model)
+    if model is not None and model.source and not model.source.startswith("/"):
+        env.setdefault("HF_HOME", HF_CACHE_MOUNT)
+    requests: dict[str, str] = {
+        "cpu": str(2 + 2 * inst.tensor_parallel_size),
+        "memory": f"{16 + shm_gib(inst.tensor_parallel_size)}Gi",
+    }
+    limits: dict[str, str] = {}
+    if role in ("solo", "primary"):
+        requests[GPU_RESOURCE] = str(inst.tensor_parallel_size)
+        limits[GPU_RESOURCE] = str(inst.tensor_parallel_size)  # requests = limits
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if role != "solo":
+        mounts.append({"name": "gpu-handoff", "mountPath": HANDOFF_DIR})
+    if model is not None and model.source:
+        if model.source.startswith("/"):
+            mounts.append({"name": _weights_volume(model.name), "mountPath": model.source,
+                           "readOnly": True})
+        else:
+            mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_MOUNT})
+    container: dict[str, Any] = {
+        "name": pname,
+        "image": ctx.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", launcher_script(ctx, inst, role, wait_ports), "launch"],
+        "args": engine_argv(ctx, inst),
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "ports": [{"name": pname, "containerPort": inst.port, "protocol": "TCP"}],
+        "resources": {"requests": requests, **({"limits": limits} if limits else {})},
+        "volumeMounts": mounts,
+        "startupProbe": _probe(
+            "/v1/models", pname, opts.probe_period_s, budget // opts.probe_period_s, 5
+        ),
+        "readinessProbe": _probe("/v1/models", pname, opts.probe_period_s, 3, 5),
+        "livenessProbe": _probe("/health", pname, 30, 3, 10),
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(opts.prestop_sleep_s)]}}},
+    }
+    return container
+
+
+def _weights_volume(model: str) -> str:
+    return object_name(f"weights-{model}", max_chars=63)
+
+
+def pod_spec(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
+    inst = workload.members[0]
+    tp = max(m.tensor_parallel_size for m in workload.members)
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(tp)}Gi"}}
+    ]
+    if workload.colocated:
+        volumes.append({"name": "gpu-handoff", "emptyDir": {"medium": "Memory",
+                                                             "sizeLimit": "1Mi"}})
+    hf = False
+    for member in workload.members:
+        model = ctx.fleet.model(member.model)
+        if model is None or not model.source:
+            continue
+        if model.source.startswith("/"):
+            volumes.append({
+                "name": _weights_volume(model.name),
+                "hostPath": {"path": model.source, "type": "Directory"},
+            })
+        elif not hf:
+            hf = True
+            volumes.append({"name": "hf-cache",
+                            "hostPath": {"path": HF_CACHE_HOST, "type": "DirectoryOrCreate"}})
+    return {
+        "containers": [engine_container(ctx, workload, i) for i in range(len(workload.members))],
+        "enableServiceLinks": False,  # a Service named `vllm` would inject VLLM_PORT
+        "nodeSelector": ctx.node_selector(inst.gpu_type),
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": ctx.options.grace_s(),
+        "volumes": sorted(volumes, key=lambda v: str(v["name"])),
+    }
+
+
+__all__ = ["engine_argv", "engine_container", "launcher_script", "pod_spec", "shm_gib"]

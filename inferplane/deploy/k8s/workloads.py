@@ -1,0 +1,54 @@
+"""Deployments: one per model, or one per co-located set of models (S0)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferplane.deploy.k8s.context import K8sContext, Workload
+from inferplane.deploy.k8s.engine import pod_spec
+from inferplane.deploy.names import port_name
+
+
+def autoscaled(ctx: K8sContext, workload: Workload) -> bool:
+    """A single-model workload with scaling bounds; its replica count belongs to KEDA/HPA."""
+    return (
+        ctx.options.autoscaler != "none"
+        and not workload.colocated
+        and workload.models[0] in ctx.fleet.scaling.models
+    )
+
+
+def deployment(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": ctx.selector(workload)},
+        # The new pod needs the GPU the old one holds: stop one, then start one (P26).
+        "strategy": {"type": "RollingUpdate",
+                     "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        "revisionHistoryLimit": 5,
+        "progressDeadlineSeconds": max(
+            600, 2 * max(ctx.options.startup_budget_s(m.weights_bytes) for m in workload.members)
+        ),
+        "template": {
+            "metadata": {
+                "labels": ctx.pod_labels(workload),
+                "annotations": {
+                    "inferplane.io/instances": ",".join(m.id for m in workload.members),
+                    "kubectl.kubernetes.io/default-container": default_container(workload),
+                },
+            },
+            "spec": pod_spec(ctx, workload),
+        },
+    }
+    if not autoscaled(ctx, workload):
+        spec["replicas"] = workload.replicas
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": ctx.metadata(workload.name, "engine"),
+        "spec": spec,
+    }
+
+
+def default_container(workload: Workload) -> str:
+    """`kubectl logs` without -c shows the last-started (usually the largest) model."""
+    return port_name(workload.members[-1].model)

@@ -1,0 +1,125 @@
+"""Knobs of the renderers that are not in the fleet file, with the defaults the seeds learned."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from inferplane import __version__
+from inferplane.errors import InferplaneError
+from inferplane.planner.vllm_versions import parse_version
+
+Autoscaler = Literal["keda", "hpa", "none"]
+
+GIB = 2**30
+MIB = 2**20
+MIN_K8S_VERSION = (1, 25)  # policy/v1 PDB, autoscaling/v2 HPA
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Everything a renderer needs besides the fleet and the plan.
+
+    Startup budget (P24): `startup_overhead_s + weights / disk_read_mib_s`, times
+    `startup_safety`, at least `startup_min_s`. With the defaults a 34 GB MoE gets ~600 s,
+    what S0 needed for Qwen3.6-35B-A3B.
+    Drain (P27): endpoints drop during `prestop_sleep_s`, vLLM then drains for `drain_s`,
+    and the grace period is both plus `grace_margin_s`.
+    """
+
+    namespace: str = "inferplane"
+    k8s_version: str = "1.30"
+    disk_read_mib_s: float = 200.0
+    startup_overhead_s: float = 240.0  # CUDA init, torch.compile, graph capture
+    startup_safety: float = 1.5
+    startup_min_s: int = 300
+    probe_period_s: int = 10
+    prestop_sleep_s: int = 15
+    drain_s: int = 300
+    grace_margin_s: int = 30
+    nofile: int = 65536  # P30
+    autoscaler: Autoscaler = "keda"
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    gateway_image: str = f"ghcr.io/inferplane/inferplane:{__version__}"
+    gateway_replicas: int = 2
+    ingress_host: str | None = None
+    ingress_class: str = "nginx"
+    gpu_type_label: str = "inferplane.io/gpu-type"
+    fleet_text: str | None = None  # the fleet file as written, shipped to the gateway
+    fleet_file_path: str = "/etc/inferplane/fleet.yaml"  # where compose/systemd gateways read it
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.namespace) or len(
+            self.namespace
+        ) > 63:
+            raise InferplaneError(
+                "not a valid Kubernetes namespace",
+                field="--namespace",
+                value=self.namespace,
+                fix="use lowercase letters, digits and '-', at most 63 characters",
+            )
+        if k8s_minor(self.k8s_version) < MIN_K8S_VERSION:
+            raise InferplaneError(
+                "Kubernetes version too old for the rendered APIs (policy/v1, autoscaling/v2)",
+                field="--k8s-version",
+                value=self.k8s_version,
+                fix="use 1.25 or newer, e.g. --k8s-version 1.30",
+            )
+        if self.gateway_replicas < 2:
+            raise InferplaneError(
+                "the gateway needs at least 2 replicas to survive a node drain",
+                field="gateway_replicas",
+                value=self.gateway_replicas,
+                fix="use 2 or more",
+            )
+        if self.disk_read_mib_s <= 0:
+            raise InferplaneError(
+                "disk bandwidth must be positive",
+                field="--disk-read-mib-s",
+                value=self.disk_read_mib_s,
+                fix="give the measured read speed of the model store, e.g. 200",
+            )
+
+    # --- derived numbers ----------------------------------------------------------------
+
+    def startup_budget_s(self, weights_bytes: int) -> int:
+        """Seconds a replica may take to load before the startup probe gives up (P24)."""
+        load_s = weights_bytes / (self.disk_read_mib_s * MIB)
+        budget = (self.startup_overhead_s + load_s) * self.startup_safety
+        period = self.probe_period_s
+        return max(self.startup_min_s, math.ceil(budget / period) * period)
+
+    def grace_s(self) -> int:
+        """terminationGracePeriodSeconds: longer than preStop sleep plus the drain (P27)."""
+        return self.prestop_sleep_s + self.drain_s + self.grace_margin_s
+
+
+def k8s_minor(version: str) -> tuple[int, int]:
+    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?", version.strip())
+    if not match:
+        raise InferplaneError(
+            "not a Kubernetes version",
+            field="--k8s-version",
+            value=version,
+            fix="use MAJOR.MINOR, e.g. 1.30",
+        )
+    return int(match.group(1)), int(match.group(2))
+
+
+def engine_image(kind: str, version: str, image: str | None, options: RenderOptions) -> str:
+    if image:
+        return image
+    if kind == "sim":
+        return options.gateway_image
+    return f"vllm/vllm-openai:v{version}"
+
+
+# vLLM drains in-flight requests on SIGTERM for --shutdown-timeout seconds (P27).
+SHUTDOWN_TIMEOUT_MIN_VLLM = (0, 14, 0)
+
+
+def supports_shutdown_timeout(kind: str, version: str) -> bool:
+    return kind == "vllm" and parse_version(version) >= SHUTDOWN_TIMEOUT_MIN_VLLM

@@ -1,0 +1,64 @@
+"""Golden files: rendered output for the seed scenarios, byte for byte.
+
+Regenerate after an intended change with
+
+    INFERPLANE_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_deploy_golden.py
+
+and review the diff under tests/data/golden/. Output from real plans (`plan_fleet` on
+examples/*.yaml) has the repository path replaced by /REPO.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploy_plans import s0, s4
+
+from inferplane.deploy import RenderOptions, check_dir, render_files
+from inferplane.spec import load_fleet
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "data" / "golden"
+UPDATE = os.environ.get("INFERPLANE_UPDATE_GOLDEN") == "1"
+
+
+def _compare(name: str, files: dict[str, str]) -> None:
+    root = GOLDEN / name
+    if UPDATE:
+        for old in sorted(root.rglob("*"), reverse=True) if root.exists() else []:
+            if old.is_file():
+                old.unlink()
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text, encoding="utf-8")
+        return
+    assert root.is_dir(), f"no golden files for {name}; run with INFERPLANE_UPDATE_GOLDEN=1"
+    have = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    assert have == set(files), f"{name}: file set differs"
+    for rel, text in sorted(files.items()):
+        assert (root / rel).read_text(encoding="utf-8") == text, f"{name}/{rel} differs"
+
+
+@pytest.mark.parametrize("target", ["k8s", "compose", "systemd"])
+@pytest.mark.parametrize("scenario", [s0, s4], ids=["s0", "s4"])
+def test_hand_built_plans(scenario: Callable[[], Any], target: str) -> None:
+    fleet, plan, text = scenario()
+    files = render_files(fleet, plan, target, RenderOptions(fleet_text=text))
+    _compare(f"{scenario.__name__}-{target}", files)
+
+
+@pytest.mark.parametrize("example", ["s0-l40s-colocated", "s4-deepseek-qwen-mix"])
+def test_real_plans_from_examples(example: str) -> None:
+    planner = pytest.importorskip("inferplane.planner.build")
+    path = REPO / "examples" / f"{example}.yaml"
+    fleet = load_fleet(path)
+    plan = planner.plan_fleet(fleet, fleet_file=str(path))
+    files = render_files(fleet, plan, "k8s",
+                         RenderOptions(fleet_text=path.read_text(encoding="utf-8")))
+    files = {rel: text.replace(str(REPO), "/REPO") for rel, text in files.items()}
+    _compare(f"{example}-k8s", files)
+    assert check_dir(GOLDEN / f"{example}-k8s") == []
