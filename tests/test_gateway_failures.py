@@ -117,6 +117,21 @@ def test_first_token_timeout_is_504_and_cancels_upstream(harness: Harness) -> No
     wait_until(lambda: engine.cancelled == 1)
 
 
+def test_idle_gap_mid_stream_ends_the_stream_with_an_error_event(harness: Harness) -> None:  # noqa: F811
+    engine = harness.engine("m")
+    engine.stall_after_chunks = 2
+    timeouts = Timeouts(first_token_s=5, idle_s=0.2, total_s=30)
+    _, url = gateway(harness, [engine.url], timeouts=timeouts)
+    with http.stream("POST", url + "/v1/chat/completions", json=STREAM, timeout=10) as r:
+        assert r.status_code == 200
+        body = r.read()
+    events = [e for e in body.split(b"\n\n") if e]
+    assert b"tok1" in events[1]
+    assert b'"code":504' in events[-2] and events[-1] == b"data: [DONE]"
+    wait_until(lambda: engine.cancelled == 1)  # the wedged upstream request was dropped
+    assert 'status="504"' in http.get(url + "/metrics").text
+
+
 def test_non_streaming_is_bounded_by_total_not_first_token(harness: Harness) -> None:  # noqa: F811
     engine = harness.engine("m")
     engine.delay_s = 0.3  # a "long generation": longer than first_token_s

@@ -65,6 +65,7 @@ class FakeEngine:
         self.hang = False  # never answer (until the caller goes away)
         self.chunks = 5
         self.die_after_chunks: int | None = None
+        self.stall_after_chunks: int | None = None  # stop sending, keep the connection
         self.in_flight = 0
         self.cancelled = 0
         self.metrics_text: str | None = None
@@ -171,6 +172,8 @@ class FakeEngine:
                     assert request.transport is not None
                     request.transport.abort()  # the engine process died
                     return resp
+                if self.stall_after_chunks is not None and i == self.stall_after_chunks:
+                    await asyncio.Event().wait()  # a wedged engine
                 await resp.write(part)
                 await asyncio.sleep(0)
             await resp.write_eof()

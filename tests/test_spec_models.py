@@ -40,7 +40,7 @@ def only(text: str) -> Problem:
 
 def test_smallest_fleet_gets_every_default() -> None:
     spec = fleet("models:\n" + ENDPOINT_MODEL)
-    assert (spec.engine.kind, spec.engine.version) == ("vllm", "0.26.0")
+    assert (spec.engine.kind, spec.engine.version) == ("vllm", "0.31.0")
     assert spec.gpus is None and spec.discover_gpus
     assert (spec.gateway.host, spec.gateway.port, spec.gateway.max_body_mib) == (
         "127.0.0.1",

@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 import orjson
@@ -24,7 +24,7 @@ from inferplane.gateway.config import GatewayConfig, ModelRoute
 from inferplane.gateway.errors import ClientError, error_body, sse_error_event
 from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
-from inferplane.gateway.pool import Pool
+from inferplane.gateway.pool import NoReplica, Pool
 from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
 from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.state import GatewayState
@@ -34,6 +34,9 @@ from inferplane.gateway.upstream import (
     UpstreamClient,
     UpstreamError,
 )
+
+if TYPE_CHECKING:
+    from inferplane.tenancy.service import Admission, Tenancy
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -91,6 +94,7 @@ class _Record:
         "completion_tokens",
         "disconnected",
         "finished",
+        "headers",
         "prompt_tokens",
         "queue_wait",
         "retries",
@@ -101,6 +105,7 @@ class _Record:
 
     def __init__(self) -> None:
         self.backend: Backend | None = None
+        self.headers: list[tuple[bytes, bytes]] = []  # tenancy's x-ratelimit-* headers
         self.status = 0
         self.ttft = 0.0
         self.queue_wait = 0.0
@@ -128,8 +133,9 @@ class GatewayApp:
     """The gateway as an ASGI application. Build with `build_app(config)`; change
     replicas at run time through `app.state` (a `GatewayState`)."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, tenancy: Tenancy | None = None) -> None:
         self.config = config
+        self.tenancy = tenancy  # keys, limits, usage ledger, DB routes (inferplane.tenancy)
         self.metrics = GatewayMetrics(self._live_series)
         self.state = GatewayState(config, on_unusable=self._count_unusable)
         self.access_log = AccessLog(config.access_log_path) if config.access_log else None
@@ -146,6 +152,8 @@ class GatewayApp:
         self._upstream = UpstreamClient()
         self._models_body = self._render_models()
         self._started = False
+        if tenancy is not None:
+            tenancy.register_metrics(self.metrics.registry)
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -166,12 +174,16 @@ class GatewayApp:
             return
         self._started = True
         self.session()
+        if self.tenancy is not None:
+            await self.tenancy.start(self.state)
         self.monitor.start()
         if self.access_log is not None:
             self.access_log.start()
 
     async def shutdown(self) -> None:
         await self.monitor.stop()
+        if self.tenancy is not None:
+            await self.tenancy.stop()
         if self.access_log is not None:
             await self.access_log.stop()
         if self._session is not None:
@@ -211,6 +223,10 @@ class GatewayApp:
                 await self._respond(send, 200, b'{"status":"ok"}', b"")
             elif method == "GET" and path == "/ready":
                 await self._ready(send)
+            elif path.startswith("/admin/") and self.tenancy is not None:
+                from inferplane.tenancy.admin import handle
+
+                await handle(self.tenancy, scope, receive, send)
             elif method == "GET" and path == "/metrics":
                 await self._respond(
                     send, 200, self.metrics.render(), b"", b"text/plain; version=0.0.4"
@@ -295,8 +311,26 @@ class GatewayApp:
             await self._reject(send, exc.status, exc.message, rid, "-", exc.param)
             return
         model = data["model"]
-        pool = self.state.resolve(model)
+        adm: Admission | None = None
+        if self.tenancy is not None:
+            verdict = await self.tenancy.admit(auth, model, estimate_prompt_tokens(body))
+            if not hasattr(verdict, "lease"):  # a Rejection (401/403/429)
+                await self._respond(
+                    send, verdict.status, verdict.body(), rid, extra=verdict.headers
+                )
+                self.metrics.series(model, "-").count(verdict.status)
+                return
+            adm = cast("Admission", verdict)
+            if adm.key_id is not None:
+                auth = None  # the gateway's key is not the engine's business
+            if adm.batch:
+                priority = BATCH
+        if adm is not None and adm.route_to is not None:
+            pool = self.state.pools.get(adm.route_to)
+        else:
+            pool = self.state.resolve(model)
         if pool is None:
+            self._tenancy_done(adm, rid, model, _Record(), 404, 0.0, data)
             await self._reject(send, 404, f"The model `{model}` does not exist.", rid, "-", "model")
             return
         lane = pool.route.long_prompt_lane
@@ -306,6 +340,7 @@ class GatewayApp:
         try:
             body = self._rewrite(data, body, model, route, path)
         except ClientError as exc:
+            self._tenancy_done(adm, rid, route.name, _Record(), exc.status, 0.0, data)
             await self._reject(send, exc.status, exc.message, rid, route.name, exc.param)
             return
 
@@ -315,6 +350,8 @@ class GatewayApp:
             t0,
         )
         rec = _Record()
+        if adm is not None:
+            rec.headers = adm.headers
         task = asyncio.current_task()
         assert task is not None
         watcher = loop.create_task(_watch_disconnect(receive, task, rec))
@@ -339,6 +376,8 @@ class GatewayApp:
             if rec.backend is not None:
                 pool.release(rec.backend)
             self._account(route, rec, loop.time() - t0, rid)
+            if adm is not None:
+                self._tenancy_done(adm, rid, route.name, rec, rec.status, loop.time() - t0, data)
 
     async def _read_body(self, receive: Receive, length: bytes | None) -> bytes:
         limit = self.config.max_body_bytes
@@ -406,19 +445,18 @@ class GatewayApp:
     ) -> Backend | None:
         route = pool.route
         retry_after = [(b"retry-after", str(route.admission.retry_after_s).encode())]
-        if not pool.any_routable():
+        try:
+            return await pool.acquire(ctx, priority)
+        except NoReplica:
             message = f"no ready replica for model `{route.name}`; retry later"
             status = 503
-        else:
-            try:
-                return await pool.queue.wait(priority, ctx)
-            except QueueFull:
-                message = f"queue for model `{route.name}` is full; retry later"
-                status = 429
-            except QueueTimeout:
-                wait = route.admission.max_queue_wait_s
-                message = f"no replica of model `{route.name}` freed up within {wait:g} s"
-                status = 503
+        except QueueFull:
+            message = f"queue for model `{route.name}` is full; retry later"
+            status = 429
+        except QueueTimeout:
+            wait = route.admission.max_queue_wait_s
+            message = f"no replica of model `{route.name}` freed up within {wait:g} s"
+            status = 503
         rec.status = status
         rec.finished = True
         await self._respond(send, status, error_body(status, message), rid, extra=retry_after)
@@ -523,14 +561,16 @@ class GatewayApp:
                 if status == 200:
                     rec.prompt_tokens, rec.completion_tokens = usage_from(payload)
                 rec.finished = True
-                await self._respond(send, status, payload, rid, conn.content_type or _JSON[1])
+                await self._respond(
+                    send, status, payload, rid, conn.content_type or _JSON[1], rec.headers
+                )
         except TimeoutError:
             message = f"upstream timed out (model `{route.name}`)"
             rec.finished = True
-            if rec.started:
+            rec.status = 504
+            if rec.started:  # mid-stream: end the stream with an error event
                 await send({"type": "http.response.body", "body": sse_error_event(504, message)})
             else:
-                rec.status = 504
                 await self._respond(send, 504, error_body(504, message), rid)
 
     async def _relay_stream(
@@ -555,6 +595,7 @@ class GatewayApp:
                     (b"content-type", conn.content_type or b"text/event-stream"),
                     (b"cache-control", b"no-cache"),
                     (b"x-request-id", rid),
+                    *rec.headers,
                 ],
             }
         )
@@ -650,6 +691,41 @@ class GatewayApp:
             )
 
 
-def build_app(config: GatewayConfig) -> GatewayApp:
-    """The gateway's ASGI application; `app.state` changes backends at run time."""
-    return GatewayApp(config)
+    def _tenancy_done(
+        self,
+        adm: Admission | None,
+        rid: bytes,
+        model: str,
+        rec: _Record,
+        status: int,
+        total: float,
+        data: dict[str, Any],
+    ) -> None:
+        """Hand the finished request to tenancy: frees its limits, writes its usage row."""
+        if adm is None or self.tenancy is None:
+            return
+        from inferplane.tenancy.ledger import Usage
+
+        self.tenancy.record(
+            adm,
+            Usage(
+                ts=time.time(),
+                request_id=rid.decode("latin-1"),
+                key_id=adm.key_id,
+                model=model,
+                replica=rec.backend.url if rec.backend is not None else "-",
+                prompt_tokens=rec.prompt_tokens,
+                completion_tokens=rec.completion_tokens,
+                status=status,
+                stream=data.get("stream") is True,
+                duration_s=total,
+                ttft_s=rec.ttft,
+                queue_wait_s=rec.queue_wait,
+            ),
+        )
+
+
+def build_app(config: GatewayConfig, tenancy: Tenancy | None = None) -> GatewayApp:
+    """The gateway's ASGI application; `app.state` changes backends at run time.
+    `tenancy` (optional) adds API keys, limits, the usage ledger and DB routes."""
+    return GatewayApp(config, tenancy)

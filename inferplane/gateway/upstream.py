@@ -63,6 +63,7 @@ class Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self.status = 0
         self.content_type = b""
+        self.keep_alive = True
         self.headers_done = False
         self.complete = False
         self.got_data = False
@@ -91,11 +92,17 @@ class Connection(asyncio.Protocol):
     # -- httptools callbacks -------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"content-type":
+        lname = name.lower()
+        if lname == b"content-type":
             self.content_type = value
+        elif lname == b"connection" and b"close" in value.lower():
+            self.keep_alive = False
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        # httptools' should_keep_alive() reads false by the time we could ask it.
+        if self.parser.get_http_version() != "1.1":
+            self.keep_alive = False
         self.headers_done = True
         self._wake()
 
@@ -156,8 +163,12 @@ class Connection(asyncio.Protocol):
             if self.error is not None:
                 raise UpstreamBodyError(str(self.error) or type(self.error).__name__)
             await self._wait()
-        chunk = self._chunks.popleft()
-        self._buffered -= len(chunk)
+        chunks = self._chunks
+        # Hand over everything that arrived: the parser yields one piece per HTTP chunk,
+        # and one send per SSE event would multiply the per-stream cost.
+        chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
         if self._paused and self._buffered < _HIGH_WATER // 2 and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
@@ -177,7 +188,7 @@ class Connection(asyncio.Protocol):
 
     def release(self) -> None:
         """Back to the idle pool when the exchange finished cleanly, else closed."""
-        if self.complete and not self.closed and self.parser.should_keep_alive():
+        if self.complete and not self.closed and self.keep_alive:
             self.endpoint.idle.append(self)
         else:
             self.close()

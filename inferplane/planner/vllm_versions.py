@@ -16,7 +16,7 @@ from typing import Literal
 from inferplane.errors import InferplaneError
 
 # The release inferplane models by default (latest checked against vLLM's source).
-DEFAULT_VLLM_VERSION = "0.26.0"
+DEFAULT_VLLM_VERSION = "0.31.0"
 
 Era = Literal["v0", "v1", "v1mid", "v1new"]
 

@@ -1,0 +1,155 @@
+"""Gateway overhead: stub engine directly vs through inferplane's gateway vs through nginx.
+
+Drives the shared proxy harness (`../shared/bench/gateway`, see its README): a fast Node
+stub imitating vLLM, wrk for non-streaming load at concurrency 1/32/256 and a Node load
+generator for streaming at 32, the proxy under test pinned to CPU 0 and stub + load
+generator to CPU 1. All three targets run in the same invocation, alternated per round,
+so the ratios compare like with like on a noisy machine.
+
+    python benchmarks/gateway_overhead.py                  # 2 rounds x 5 s per scenario
+    python benchmarks/gateway_overhead.py --duration 10 --rounds 3
+    python benchmarks/gateway_overhead.py --no-access-log  # the gateway without its log line
+
+Needs: node, wrk and nginx (installed with apt-get when missing and running as root).
+Prints a table: RPS, p50/p99, added p50/p99 versus direct, RPS ratios versus direct and nginx.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_HARNESS = REPO.parent / "shared" / "bench" / "gateway"
+TARGET = "inferplane"
+TARGET_PORT = 8204
+
+
+def ensure_tools() -> None:
+    missing = [tool for tool in ("wrk", "nginx") if shutil.which(tool) is None]
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        sys.exit(f"missing {missing}; install them (apt-get install wrk nginx-light)")
+    packages = ["wrk" if tool == "wrk" else "nginx-light" for tool in missing]
+    subprocess.run(["apt-get", "install", "-y", *packages], check=True)
+
+
+def run_harness(harness: Path, args: argparse.Namespace, out_dir: Path) -> Path:
+    flags = "" if args.access_log else " --no-access-log"
+    start = (
+        f"{sys.executable} -m inferplane gateway --backend $BENCH_MODEL=$STUB_URL "
+        f"--host 127.0.0.1 --port $PORT{flags}"
+    )
+    env = {
+        **os.environ,
+        "DURATION": str(args.duration),
+        "ROUNDS": str(args.rounds),
+        "OUT_DIR": str(out_dir),
+        "PYTHONPATH": str(REPO),
+    }
+    subprocess.run(
+        [
+            "bash",
+            "run_all.sh",
+            "--only",
+            f"direct,nginx,{TARGET}",
+            "--target",
+            f"{TARGET}|{TARGET_PORT}|{start}",
+        ],
+        cwd=harness,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL if not args.verbose else None,
+    )
+    raws = sorted(out_dir.glob("*.jsonl"))
+    if not raws:
+        sys.exit("the harness wrote no results")
+    return raws[-1]
+
+
+def summarize(raw: Path) -> dict[tuple[str, int, str], dict[str, float]]:
+    """(mode, concurrency, target) -> median rps, p50_ms, p99_ms, errors over rounds."""
+    runs: dict[tuple[str, int, str], list[dict[str, float]]] = {}
+    for line in raw.read_text().splitlines():
+        row = json.loads(line)
+        data = row["data"]
+        if row["mode"] == "ns":
+            seconds = data["duration_us"] / 1e6
+            errors = sum(data[k] for k in data if k.startswith("err_"))
+            point = {
+                "rps": data["requests"] / seconds,
+                "p50_ms": data["lat_p50_us"] / 1000,
+                "p99_ms": data["lat_p99_us"] / 1000,
+                "errors": errors,
+            }
+        else:
+            point = {
+                "rps": data["rps"],
+                "p50_ms": data["lat_p50_ms"],
+                "p99_ms": data["lat_p99_ms"],
+                "errors": data.get("errors", 0),
+            }
+        runs.setdefault((row["mode"], row["conc"], row["target"]), []).append(point)
+    return {
+        key: {k: statistics.median(p[k] for p in points) for k in points[0]}
+        for key, points in runs.items()
+    }
+
+
+def render(table: dict[tuple[str, int, str], dict[str, float]]) -> str:
+    header = (
+        f"{'scenario':<18}{'target':<12}{'RPS':>9}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'+p50 ms':>9}{'+p99 ms':>9}{'vs direct':>11}{'vs nginx':>10}{'errors':>8}"
+    )
+    lines = [header, "-" * len(header)]
+    scenarios = sorted(
+        {(mode, conc) for mode, conc, _ in table}, key=lambda s: (s[0] != "ns", s[1])
+    )
+    for mode, conc in scenarios:
+        base = table.get((mode, conc, "direct"))
+        nginx = table.get((mode, conc, "nginx"))
+        name = f"{'non-stream' if mode == 'ns' else 'stream'} c={conc}"
+        for target in ("direct", "nginx", TARGET):
+            row = table.get((mode, conc, target))
+            if row is None:
+                continue
+            added50 = row["p50_ms"] - base["p50_ms"] if base else float("nan")
+            added99 = row["p99_ms"] - base["p99_ms"] if base else float("nan")
+            vs_direct = row["rps"] / base["rps"] if base else float("nan")
+            vs_nginx = row["rps"] / nginx["rps"] if nginx else float("nan")
+            lines.append(
+                f"{name:<18}{target:<12}{row['rps']:>9,.0f}{row['p50_ms']:>9.2f}"
+                f"{row['p99_ms']:>9.2f}{added50:>+9.2f}{added99:>+9.2f}{vs_direct:>11.3f}"
+                f"{vs_nginx:>10.3f}{row['errors']:>8.0f}"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--harness", type=Path, default=DEFAULT_HARNESS)
+    parser.add_argument("--duration", type=int, default=5, help="seconds per load run")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--verbose", action="store_true", help="show the harness's progress")
+    args = parser.parse_args()
+    if not (args.harness / "run_all.sh").exists():
+        sys.exit(f"no harness at {args.harness}; pass --harness DIR (shared/bench/gateway)")
+    if shutil.which("node") is None:
+        sys.exit("the harness's stub and stream load generator need node")
+    ensure_tools()
+    with tempfile.TemporaryDirectory(prefix="gw-overhead-") as tmp:
+        raw = run_harness(args.harness, args, Path(tmp))
+        print(render(summarize(raw)))
+
+
+if __name__ == "__main__":
+    main()
