@@ -137,16 +137,13 @@ async def test_crash_loop_gives_up_and_marks_failed(tmp_path: Path) -> None:
         await rt.drain_and_stop()
 
 
-def test_vllm_fleet_is_refused_until_a_plan_exists(tmp_path: Path) -> None:
+def test_vllm_fleet_without_gpus_is_refused_clearly(tmp_path: Path) -> None:
+    from inferplane.gpus.fake_nvml import FakeNvml
+
     fleet = load_fleet(_fleet_file(tmp_path, FLEET.replace("engine: sim", "engine: vllm")))
-    with pytest.raises(InferplaneError, match="inferplane plan"):
-        Runtime(fleet, RuntimeOptions(state_dir=tmp_path / "s"))
-    cli = subprocess.run(
-        [sys.executable, "-m", "inferplane", "up", str(tmp_path / "fleet.yaml"),
-         "--state-dir", str(tmp_path / "s")],
-        capture_output=True, text=True, timeout=30,
-    )
-    assert cli.returncode == 2 and "inferplane plan" in cli.stderr
+    with pytest.raises(InferplaneError, match="no GPUs were found"):
+        Runtime(fleet, RuntimeOptions(state_dir=tmp_path / "s", nvml=FakeNvml([])))
+    assert not (tmp_path / "s" / "up.pid").exists()
 
 
 async def test_sigterm_drains_20_streams_then_everything_exits(tmp_path: Path) -> None:

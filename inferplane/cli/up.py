@@ -22,15 +22,18 @@ console = Console()
 def print_status(status: dict[str, Any]) -> None:
     """The instance table plus the gateway URL (shared by `up` and `status`)."""
     table = Table(title=f"fleet ({status.get('phase', '?')})", title_justify="left")
-    for column in ("instance", "model", "state", "pid", "port", "restarts"):
+    for column in ("instance", "model", "state", "pid", "port", "gpus", "restarts"):
         table.add_column(column, overflow="fold")
     for inst in status.get("instances", []):
+        gpus = ",".join(str(g) for g in inst.get("gpus") or []) or "-"
         table.add_row(
             inst["name"], inst["model"], inst["state"], str(inst["pid"] or "-"),
-            str(inst["port"]), str(inst["restarts"]),
+            str(inst["port"]), gpus, str(inst["restarts"]),
         )
     for ep in status.get("endpoint_models", []):
-        table.add_row("(endpoint)", ep["model"], "external", "-", ", ".join(ep["endpoints"]), "-")
+        table.add_row(
+            "(endpoint)", ep["model"], "external", "-", ", ".join(ep["endpoints"]), "-", "-"
+        )
     console.print(table)
     console.print(f"gateway: {status['gateway']['url']}/v1", highlight=False)
     failed = [i for i in status.get("instances", []) if i["state"] == "failed"]
@@ -50,16 +53,30 @@ def up(
         None, help="Gateway port (default: the fleet's gateway.port; 0 = any free port)."
     ),
     ready_timeout_s: float = typer.Option(600.0, help="With --detach: wait this long."),
+    plan: Path | None = typer.Option(
+        None, help="engine: vllm: a plan from `inferplane plan --out` (default: plan now)."
+    ),
+    node: str | None = typer.Option(
+        None, help="engine: vllm: the inventory node this host is (default: the only one)."
+    ),
+    vllm_binary: str | None = typer.Option(
+        None, envvar="INFERPLANE_VLLM_BINARY",
+        help="Command run instead of `vllm`, e.g. \"python -m "
+        "inferplane.engines.sim.fake_vllm\" to run a vLLM fleet on the simulator.",
+    ),
+    disk_bandwidth_mib_s: float = typer.Option(
+        100.0, help="Read bandwidth of the weights' disk: sizes startup deadlines (P24, P35)."
+    ),
 ) -> None:
     """Start every engine instance of FLEET and the gateway; Ctrl-C drains and stops."""
     from inferplane.runtime import control
     from inferplane.runtime.runner import RuntimeOptions
+    from inferplane.runtime.vllm_fleet import load_plan, startup_deadline_s
     from inferplane.spec import load_fleet
 
     spec = load_fleet(fleet)
-    from inferplane.runtime.instances import refuse_unplanned
-
-    refuse_unplanned(spec)
+    startup_deadline_s(0, disk_bandwidth_mib_s)  # refuses a bandwidth that is not positive
+    given_plan = load_plan(plan) if plan is not None else None
     if grace_period_s < 0:
         raise InferplaneError(
             "grace period cannot be negative", field="--grace-period-s",
@@ -80,6 +97,13 @@ def up(
         ]
         if gateway_port is not None:
             argv += ["--gateway-port", str(gateway_port)]
+        if plan is not None:
+            argv += ["--plan", str(plan.resolve())]
+        if node is not None:
+            argv += ["--node", node]
+        if vllm_binary is not None:
+            argv += ["--vllm-binary", vllm_binary]
+        argv += ["--disk-bandwidth-mib-s", str(disk_bandwidth_mib_s)]
         pid = control.spawn_detached(argv, state)
         status = control.wait_detached_ready(state, pid, ready_timeout_s)
         print_status(status)
@@ -91,7 +115,8 @@ def up(
         return
     options = RuntimeOptions(
         state_dir=state.path, grace_period_s=grace_period_s, gateway_port=gateway_port,
-        fleet_path=str(fleet.resolve()),
+        fleet_path=str(fleet.resolve()), plan=given_plan, node=node, vllm_binary=vllm_binary,
+        disk_bandwidth_mib_s=disk_bandwidth_mib_s,
     )
 
     def on_ready(status: dict[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """Running a fleet on one host: engine processes, supervision, drain, the gateway in front."""
 
-from inferplane.runtime.instances import Instance, plan_sim_instances, refuse_unplanned
+from inferplane.runtime.instances import Instance, plan_sim_instances
 from inferplane.runtime.runner import Runtime, RuntimeOptions
 from inferplane.runtime.supervisor import Supervised, Supervisor, SupervisorSettings
+from inferplane.runtime.vllm_fleet import plan_vllm_instances, startup_deadline_s
 
 __all__ = [
     "Instance",
@@ -12,5 +13,6 @@ __all__ = [
     "Supervisor",
     "SupervisorSettings",
     "plan_sim_instances",
-    "refuse_unplanned",
+    "plan_vllm_instances",
+    "startup_deadline_s",
 ]

@@ -1,8 +1,8 @@
 """Fleet -> the engine instances `inferplane up` runs on this host (one process each, P23).
 
-Only `engine: sim` fleets are turned into instances here: placing `engine: vllm` models on
-GPUs is the planner's job (`inferplane plan`), and `up` refuses them until a plan exists.
-Endpoint-only models get no instance; the gateway routes to their URLs directly.
+`engine: sim` fleets are turned into instances here; `engine: vllm` fleets come from a
+plan (`inferplane.runtime.vllm_fleet`). Endpoint-only models get no instance; the gateway
+routes to their URLs directly.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferplane.engines.sim.config import DEFAULT_GPU, FaultConfig
-from inferplane.errors import InferplaneError
 from inferplane.gpus.catalog import find_gpu
 from inferplane.spec import FleetSpec, ModelSpec
 
@@ -34,6 +33,12 @@ class Instance:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = ENGINE_HOST
+    # vLLM instances (from the plan): where they run and how they start.
+    gpu_indices: tuple[int, ...] = ()  # NVML indices (resolved from gpu_uuids before a start)
+    gpu_uuids: tuple[str, ...] = ()  # when the plan knows them: the stable identity (P20)
+    gpu_memory_utilization: float = 0.0  # share of each whole card the instance takes
+    start_after: tuple[str, ...] = ()  # instances that must be ready before this one starts
+    startup_deadline_s: float | None = None  # None: the supervisor's default
 
     @property
     def url(self) -> str:
@@ -46,20 +51,6 @@ def free_port(host: str = ENGINE_HOST) -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def refuse_unplanned(fleet: FleetSpec) -> None:
-    """`engine: vllm` models need a placement on real GPUs, which only the planner makes."""
-    if fleet.engine.kind == "vllm" and fleet.placed_models:
-        names = ", ".join(m.name for m in fleet.placed_models)
-        raise InferplaneError(
-            f"models {names} run on vLLM and need a GPU placement, which `inferplane plan` "
-            "makes; the planner is not available in this version",
-            field="engine",
-            value="vllm",
-            fix="use `engine: sim` to run the fleet on the simulator, or give only models "
-            "with endpoints: (served elsewhere) until `inferplane plan` exists",
-        )
 
 
 def _sim_gpu(fleet: FleetSpec) -> str:
@@ -121,7 +112,6 @@ def plan_sim_instances(
     misbehaviour (tests and demos of supervision).
     """
     if fleet.engine.kind != "sim":
-        refuse_unplanned(fleet)
         return []
     gpu = _sim_gpu(fleet)
     env = dict(fleet.engine.extra_env)

@@ -7,6 +7,10 @@
 
 The gateway runs in this process and is fed the live set of ready instances: a replica is
 routable exactly while its supervisor record says `ready`.
+
+`engine: sim` fleets get simulated engines; `engine: vllm` fleets run the plan's
+instances on this host's node (`options.plan`, else planned now), pinned and checked
+against NVML before every start (`inferplane.runtime.vllm_fleet`).
 """
 
 from __future__ import annotations
@@ -28,11 +32,27 @@ from inferplane.engines.sim.config import FaultConfig
 from inferplane.errors import InferplaneError
 from inferplane.gateway import Backend, GatewayApp, build_app
 from inferplane.gateway.fleet import gateway_config_from_fleet
+from inferplane.gpus.nvml import NvmlApi
+from inferplane.planner.plan import Plan
 from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S, DrainGate
-from inferplane.runtime.instances import Instance, plan_sim_instances, refuse_unplanned
+from inferplane.runtime.instances import Instance, plan_sim_instances
 from inferplane.runtime.process import raise_nofile_limit
 from inferplane.runtime.state import StateDir
-from inferplane.runtime.supervisor import Supervised, Supervisor, SupervisorSettings
+from inferplane.runtime.supervisor import (
+    PrepareStart,
+    Supervised,
+    Supervisor,
+    SupervisorSettings,
+)
+from inferplane.runtime.vllm_fleet import (
+    DEFAULT_DISK_BANDWIDTH_MIB_S,
+    GpuPinning,
+    check_ports_free,
+    local_node,
+    plan_for_host,
+    plan_vllm_instances,
+    preflight_host,
+)
 from inferplane.spec import FleetSpec
 
 Phase = Literal["starting", "running", "draining", "stopped"]
@@ -48,6 +68,12 @@ class RuntimeOptions:
     faults: Mapping[str, FaultConfig] | None = None  # simulated misbehaviour per instance
     access_log: bool = True
     fleet_path: str | None = None
+    # engine: vllm fleets
+    plan: Plan | None = None  # default: plan the fleet now (gpus: discover reads NVML)
+    node: str | None = None  # the inventory node this host is (default: the only one)
+    nvml: NvmlApi | None = None  # default: the real NVML; tests pass a FakeNvml
+    vllm_binary: str | None = None  # replaces `vllm` (default: $INFERPLANE_VLLM_BINARY)
+    disk_bandwidth_mib_s: float = DEFAULT_DISK_BANDWIDTH_MIB_S  # startup deadlines (P24)
 
 
 class _GatewayServer(uvicorn.Server):
@@ -78,12 +104,26 @@ def _bind(host: str, port: int) -> socket.socket:
 
 class Runtime:
     def __init__(self, fleet: FleetSpec, options: RuntimeOptions) -> None:
-        refuse_unplanned(fleet)
         self.fleet = fleet
         self.options = options
         self.state_dir = StateDir(options.state_dir)
         self.phase: Phase = "starting"
-        self.instances: list[Instance] = plan_sim_instances(fleet, faults=options.faults)
+        self.plan: Plan | None = None
+        self.node: str | None = None
+        prepare: PrepareStart | None = None
+        if fleet.engine.kind == "vllm" and fleet.placed_models:
+            self.plan = plan_for_host(
+                fleet, plan=options.plan, nvml=options.nvml,
+                fleet_file=options.fleet_path or "",
+            )
+            self.node = local_node(fleet, self.plan, options.node)
+            self.instances: list[Instance] = plan_vllm_instances(
+                self.plan, node=self.node, vllm_binary=options.vllm_binary,
+                disk_bandwidth_mib_s=options.disk_bandwidth_mib_s,
+            )
+            prepare = GpuPinning(options.nvml)
+        else:
+            self.instances = plan_sim_instances(fleet, faults=options.faults)
         config = gateway_config_from_fleet(fleet)
         log_path = str(options.state_dir / "logs" / "gateway-access.log")
         config = replace(
@@ -100,7 +140,7 @@ class Runtime:
             self.backends.setdefault(inst.model, []).append(backend)
             self._by_instance[inst.name] = backend
         self.supervisor = Supervisor(
-            self.instances, self.state_dir.log_dir, options.settings, self._on_change
+            self.instances, self.state_dir.log_dir, options.settings, self._on_change, prepare
         )
         self.gateway_url = ""
         self._server: _GatewayServer | None = None
@@ -115,7 +155,14 @@ class Runtime:
         """Claim the state dir, start the gateway, then every engine (returns at once)."""
         self.state_dir.claim()
         try:
-            raise_nofile_limit()
+            raise_nofile_limit()  # P30: engines inherit it
+            if self.plan is not None:
+                # Refuse before anything starts: GPUs, their free memory, the plan's ports.
+                preflight_host(self.instances, self.options.nvml)
+                check_ports_free(self.instances)
+                (self.state_dir.path / "plan.json").write_text(
+                    self.plan.model_dump_json(indent=2) + "\n"
+                )
             gw = self.fleet.gateway
             host = self.options.gateway_host or gw.host
             port = gw.port if self.options.gateway_port is None else self.options.gateway_port
@@ -220,6 +267,7 @@ class Runtime:
             "phase": self.phase,
             "started_at": self._started_at,
             "grace_period_s": self.options.grace_period_s,
+            "node": self.node,
             "gateway": {"url": self.gateway_url, "in_flight": self.gate.in_flight},
             "endpoint_models": [
                 {"model": m.name, "endpoints": list(m.endpoints or [])}

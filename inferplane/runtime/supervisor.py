@@ -6,6 +6,14 @@ or a hang (no answer within `probe_timeout_s`) marks the instance unhealthy at o
 gateway stops routing to it), `failure_threshold` consecutive failures restart it. A dead
 process is restarted. Restarts back off exponentially; more than `crash_loop_limit`
 restarts within `crash_loop_window_s` mark the instance `failed` and stop trying.
+
+Start order (vLLM sizes its memory from whole-device deltas, so concurrent starts on one
+card mis-size each other): an instance waits until every instance in its `start_after` is
+ready (or failed for good); instances on a common GPU hold that GPU from spawn until ready,
+so they start strictly one after another; at most `max_parallel_starts` start at once.
+`prepare` runs right before every start (GPU pinning and free-memory checks for vLLM);
+when it refuses (InferplaneError), the refusal counts as a failed start.
+An instance's own `startup_deadline_s` (sized from its weights) overrides the default.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Literal
 
 import aiohttp
 
+from inferplane.errors import InferplaneError
 from inferplane.runtime.instances import Instance
 from inferplane.runtime.process import EngineProcess, RotatingLog, spawn
 
@@ -38,6 +47,7 @@ class SupervisorSettings:
     crash_loop_limit: int = 5
     crash_loop_window_s: float = 600.0
     stop_timeout_s: float = 15.0  # SIGTERM -> SIGKILL
+    max_parallel_starts: int = 4  # instances starting (spawned, not yet ready) at once
 
 
 @dataclass
@@ -63,6 +73,8 @@ class Supervised:
             "pid": self.pid,
             "port": inst.port,
             "url": inst.url,
+            "gpus": list(inst.gpu_indices),
+            "startup_deadline_s": inst.startup_deadline_s,
             "state": self.state,
             "restarts": self.restarts,
             "ready_since": self.ready_since,
@@ -71,6 +83,7 @@ class Supervised:
 
 
 OnChange = Callable[[Supervised], None]
+PrepareStart = Callable[[Instance], Instance]  # may raise InferplaneError to refuse
 
 
 async def probe_ready(
@@ -120,8 +133,12 @@ class Supervisor:
         log_dir: Path,
         settings: SupervisorSettings = SupervisorSettings(),
         on_change: OnChange | None = None,
+        prepare: PrepareStart | None = None,
     ) -> None:
         self.settings = settings
+        self._prepare = prepare
+        self._gpu_locks: dict[str, asyncio.Lock] = {}
+        self._start_slots: asyncio.Semaphore | None = None
         self.log_dir = log_dir
         self.records: dict[str, Supervised] = {i.name: Supervised(i) for i in instances}
         self._on_change = on_change
@@ -137,6 +154,7 @@ class Supervisor:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, force_close=True)
         )
+        self._start_slots = asyncio.Semaphore(max(1, self.settings.max_parallel_starts))
         for name, rec in self.records.items():
             self._kick[name] = asyncio.Event()
             self._tasks[name] = asyncio.get_running_loop().create_task(self._run(rec))
@@ -223,13 +241,11 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         while True:
             self._kick[rec.instance.name].clear()
-            proc = await spawn(rec.instance.argv, rec.instance.env, self._log(rec.instance.name))
-            rec.process, rec.pid = proc, proc.pid
-            self._notify(rec)
-            reason = await self._until_ready(rec, proc)
-            if reason is None:
+            proc, reason = await self._start(rec)
+            if reason is None and proc is not None:
                 self._set(rec, "ready")
                 reason = await self._watch(rec, proc)
+            reason = reason or "not started"
             self._set(rec, "unhealthy", reason)
             self._log(rec.instance.name).write(f"--- restarting: {reason}\n")
             await self._stop_process(rec)
@@ -251,11 +267,51 @@ class Supervisor:
             await asyncio.sleep(delay)
             self._set(rec, "starting")
 
+    async def _wait_for_predecessors(self, rec: Supervised) -> None:
+        """Until every instance in `start_after` is ready (or failed for good)."""
+        waits = [self.records[n] for n in rec.instance.start_after if n in self.records]
+        while not all(other.state in ("ready", "failed") for other in waits):
+            if self._kick[rec.instance.name].is_set():
+                return
+            await asyncio.sleep(0.05)
+
+    def _gpu_keys(self, inst: Instance) -> list[str]:
+        keys = list(inst.gpu_uuids) or [str(i) for i in inst.gpu_indices]
+        return sorted(set(keys))  # one global order: no two starts wait on each other
+
+    async def _start(self, rec: Supervised) -> tuple[EngineProcess | None, str | None]:
+        """Spawn the instance and wait until it is ready; (process, why it is not ready)."""
+        await self._wait_for_predecessors(rec)
+        assert self._start_slots is not None
+        held: list[asyncio.Lock] = []
+        try:
+            for key in self._gpu_keys(rec.instance):
+                lock = self._gpu_locks.setdefault(key, asyncio.Lock())
+                await lock.acquire()
+                held.append(lock)
+            async with self._start_slots:
+                if self._prepare is not None:
+                    try:
+                        rec.instance = self._prepare(rec.instance)
+                    except InferplaneError as exc:
+                        self._log(rec.instance.name).write(f"--- refused to start: {exc}\n")
+                        return None, f"refused to start: {exc}"
+                proc = await spawn(
+                    rec.instance.argv, rec.instance.env, self._log(rec.instance.name)
+                )
+                rec.process, rec.pid = proc, proc.pid
+                self._notify(rec)
+                return proc, await self._until_ready(rec, proc)
+        finally:
+            for lock in reversed(held):
+                lock.release()
+
     async def _until_ready(self, rec: Supervised, proc: EngineProcess) -> str | None:
         s = self.settings
         assert self._session is not None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + s.startup_deadline_s
+        limit_s = rec.instance.startup_deadline_s or s.startup_deadline_s
+        deadline = loop.time() + limit_s
         interval = min(0.1, s.probe_interval_s)
         why = "not probed yet"
         while loop.time() < deadline:
@@ -268,7 +324,7 @@ class Supervisor:
                 return None
             await asyncio.sleep(interval)
             interval = min(interval * 1.5, s.probe_interval_s)
-        return f"not ready within the startup deadline of {s.startup_deadline_s:g} s ({why})"
+        return f"not ready within the startup deadline of {limit_s:g} s ({why})"
 
     async def _watch(self, rec: Supervised, proc: EngineProcess) -> str:
         """Return why the instance must restart (process gone, failures, manual)."""
