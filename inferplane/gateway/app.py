@@ -37,6 +37,7 @@ from inferplane.gateway.upstream import (
 
 if TYPE_CHECKING:
     from inferplane.tenancy.service import Admission, Tenancy
+    from inferplane.tenancy.streams import UsageStripper
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -100,12 +101,14 @@ class _Record:
         "retries",
         "started",
         "status",
+        "stripper",
         "ttft",
     )
 
     def __init__(self) -> None:
         self.backend: Backend | None = None
         self.headers: list[tuple[bytes, bytes]] = []  # tenancy's x-ratelimit-* headers
+        self.stripper: UsageStripper | None = None  # drops the usage event tenancy asked for
         self.status = 0
         self.ttft = 0.0
         self.queue_wait = 0.0
@@ -352,6 +355,12 @@ class GatewayApp:
         rec = _Record()
         if adm is not None:
             rec.headers = adm.headers
+            if data.get("stream") is True and path in _GENERATION_PATHS:
+                from inferplane.tenancy.streams import UsageStripper, ask_for_usage
+
+                if ask_for_usage(data):  # the ledger needs the stream's tokens
+                    body = orjson.dumps(data)
+                    rec.stripper = UsageStripper()
         task = asyncio.current_task()
         assert task is not None
         watcher = loop.create_task(_watch_disconnect(receive, task, rec))
@@ -606,11 +615,21 @@ class GatewayApp:
         try:
             chunk = await conn.read_chunk()
             rec.ttft = loop.time() - t_sent
+            stripper = rec.stripper
             while chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                prev, last = last, chunk
+                if stripper is not None:
+                    chunk = stripper.feed(chunk)
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    prev, last = last, chunk
                 deadline.reschedule(min(loop.time() + idle_s, total_deadline))
                 chunk = await conn.read_chunk()
+            if stripper is not None:
+                rest = stripper.flush()
+                if rest:
+                    await send({"type": "http.response.body", "body": rest, "more_body": True})
+                    prev, last = last, rest
+                prev, last = prev + last, stripper.usage
         except UpstreamBodyError:
             conn.close()
             self._failed(pool, backend)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, StrictStr
 
 from inferplane.spec.base import SpecModel
@@ -24,3 +26,8 @@ class GatewaySpec(SpecModel):
     port: int = Field(default=8000, strict=True, ge=1, le=65535)
     max_body_mib: PositiveFloat = 32.0  # larger bodies get 413 naming the limit (P41)
     timeouts: GatewayTimeouts = Field(default_factory=GatewayTimeouts)
+    # API keys (docs/tenancy.md): "auto" turns auth on once the store holds any key.
+    auth: Literal["auto", "on", "off"] = "auto"
+    database_url: StrictStr | None = None  # default: sqlite in the state directory
+    redis_url: StrictStr | None = None  # share limits across gateway replicas
+    admin_token_env: StrictStr = "INFERPLANE_ADMIN_TOKEN"  # env var holding the admin token

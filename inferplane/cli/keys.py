@@ -1,0 +1,147 @@
+"""`inferplane keys create|list|revoke|rotate`: API keys in the store (secrets shown once)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from inferplane.cli.main import app
+from inferplane.store import Store, database_url
+
+T = TypeVar("T")
+keys_app = typer.Typer(help="Create, list, revoke and rotate API keys.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+DB_HELP = (
+    "Database URL (default: $INFERPLANE_DATABASE_URL, the fleet's gateway.database_url, "
+    "else sqlite:///.inferplane/inferplane.db)."
+)
+
+
+def resolve_db(db: str | None, fleet: Path | None) -> str:
+    fleet_url = None
+    if fleet is not None:
+        from inferplane.spec import load_fleet
+
+        fleet_url = load_fleet(fleet).gateway.database_url
+    return database_url(db, fleet_url)
+
+
+def with_store(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
+    async def run() -> T:
+        store = await Store.open(url)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def _when(ts: float | None) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts)) if ts else "-"
+
+
+def _print_key(row: dict[str, Any], secret: str | None, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({**row, **({"key": secret} if secret else {})}, indent=2))
+        return
+    typer.echo(f"{row['id']}  {row['name']}")
+    if secret:
+        typer.echo(f"key: {secret}")
+        typer.echo("Store it now: it is shown only once (only its hash is kept).", err=True)
+
+
+@keys_app.command("create")
+def create(
+    name: str = typer.Argument(..., help="A name for the key, e.g. the team or app."),
+    team: str | None = typer.Option(None, help="Team or project that owns the key."),
+    models: str | None = typer.Option(None, help="Comma-separated models it may use."),
+    rpm: int | None = typer.Option(None, help="Requests per minute."),
+    tpm: int | None = typer.Option(None, help="Tokens (prompt + completion) per minute."),
+    max_concurrent: int | None = typer.Option(None, help="Requests in flight at once."),
+    budget_tokens: int | None = typer.Option(None, help="Token budget per period."),
+    budget_period: str = typer.Option("month", help="day, month or total."),
+    priority: str = typer.Option("interactive", help="interactive or batch."),
+    expires_days: float | None = typer.Option(None, help="Expire after this many days."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON; the secret is `key`."),
+) -> None:
+    """Create a key. The secret is printed once; only its hash is stored."""
+    from inferplane.tenancy.keys import create_key
+
+    model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    row, secret = with_store(
+        resolve_db(db, fleet),
+        lambda s: create_key(
+            s, name, team=team, models=model_list, rpm=rpm, tpm=tpm,
+            max_concurrent=max_concurrent, budget_tokens=budget_tokens,
+            budget_period=budget_period, priority=priority,
+            expires_in_s=expires_days * 86400 if expires_days is not None else None,
+        ),
+    )  # fmt: skip
+    _print_key(row.as_dict(), secret, as_json)
+
+
+@keys_app.command("list")
+def list_(
+    all_: bool = typer.Option(False, "--all", help="Include revoked keys."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List keys (never their secrets)."""
+    from inferplane.tenancy.keys import list_keys
+
+    rows = [r.as_dict() for r in with_store(resolve_db(db, fleet), lambda s: list_keys(s, all_))]
+    if as_json:
+        typer.echo(json.dumps({"keys": rows}, indent=2))
+        return
+    table = Table("id", "name", "prefix", "models", "rpm", "tpm", "concurrent", "budget",
+                  "priority", "expires", "revoked")  # fmt: skip
+    for r in rows:
+        budget = f"{r['budget_tokens']}/{r['budget_period']}" if r["budget_tokens"] else "-"
+        table.add_row(
+            r["id"], r["name"], r["prefix"] + "…", ",".join(r["allowed_models"] or ["*"]),
+            str(r["rpm"] or "-"), str(r["tpm"] or "-"), str(r["max_concurrent"] or "-"),
+            budget, r["priority"], _when(r["expires_at"]), _when(r["revoked_at"]),
+        )  # fmt: skip
+    Console().print(table)
+
+
+@keys_app.command("revoke")
+def revoke(
+    key_id: str = typer.Argument(..., help="The key's id (key_...)."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Revoke a key; gateways refuse it within their refresh interval (2 s)."""
+    from inferplane.tenancy.keys import revoke_key
+
+    row = with_store(resolve_db(db, fleet), lambda s: revoke_key(s, key_id))
+    _print_key(row.as_dict(), None, as_json)
+
+
+@keys_app.command("rotate")
+def rotate(
+    key_id: str = typer.Argument(..., help="The key's id (key_...)."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON; the secret is `key`."),
+) -> None:
+    """Give a key a new secret (same id, limits and usage); the old secret stops working."""
+    from inferplane.tenancy.keys import rotate_key
+
+    row, secret = with_store(resolve_db(db, fleet), lambda s: rotate_key(s, key_id))
+    _print_key(row.as_dict(), secret, as_json)

@@ -1,0 +1,16 @@
+"""Alembic environment: always run programmatically by `Store.migrate` with a connection."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from inferplane.store.models import Base
+
+connection = context.config.attributes["connection"]
+context.configure(
+    connection=connection,
+    target_metadata=Base.metadata,
+    render_as_batch=connection.dialect.name == "sqlite",
+)
+with context.begin_transaction():
+    context.run_migrations()

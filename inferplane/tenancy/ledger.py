@@ -1,0 +1,197 @@
+"""The usage ledger: one row per request, written off the hot path in batches.
+
+`add` is synchronous and O(1); a background task inserts the buffer every
+`flush_interval_s` in one transaction. Durability: a gateway killed with -9 loses at most
+the rows added since the last completed flush (one flush interval). A database outage never
+blocks or fails requests: rows stay buffered and the flush is retried with backoff; when the
+buffer reaches `max_buffer` rows the oldest are dropped and counted (`dropped`, exported as
+`inferplane_usage_dropped_total`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy import Integer, case, cast, func, insert, select
+
+from inferplane.errors import InferplaneError
+from inferplane.store import ApiKey, Store, UsageRow
+
+log = logging.getLogger("inferplane.usage")
+
+
+@dataclass(slots=True)
+class Usage:
+    ts: float
+    request_id: str
+    key_id: str | None
+    model: str
+    replica: str
+    prompt_tokens: int
+    completion_tokens: int
+    status: int
+    stream: bool
+    duration_s: float
+    ttft_s: float
+    queue_wait_s: float
+
+
+_COLUMNS = tuple(f.name for f in fields(Usage))
+
+
+class UsageLedger:
+    def __init__(
+        self,
+        store: Store,
+        flush_interval_s: float = 1.0,
+        max_buffer: int = 200_000,
+        batch_size: int = 5_000,
+        max_backoff_s: float = 30.0,
+        write_timeout_s: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.flush_interval_s = flush_interval_s
+        self.max_buffer = max_buffer
+        self.batch_size = batch_size
+        self.max_backoff_s = max_backoff_s
+        self.write_timeout_s = write_timeout_s
+        self._buf: deque[Usage] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self.written = 0
+        self.dropped = 0
+        self.failures = 0
+        self.flushes = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+    def add(self, usage: Usage) -> None:
+        if len(self._buf) >= self.max_buffer:
+            self._buf.popleft()
+            self.dropped += 1
+        self._buf.append(usage)  # converted to a row at flush time, off the hot path
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop the background task and write what is buffered (one last try)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(Exception):
+            await self.flush()
+
+    async def _run(self) -> None:
+        delay = self.flush_interval_s
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.flush()
+                delay = self.flush_interval_s
+            except Exception as exc:  # the database is down: keep the rows, back off
+                self.failures += 1
+                delay = min(max(delay, self.flush_interval_s) * 2, self.max_backoff_s)
+                log.warning("usage ledger flush failed (%s); %d rows buffered", exc, self.pending)
+
+    async def flush(self) -> int:
+        """Insert everything buffered; on failure the rows go back to the buffer's front."""
+        if not self._buf:
+            return 0
+        batch, self._buf = self._buf, deque()
+        rows = [{name: getattr(u, name) for name in _COLUMNS} for u in batch]
+        try:
+            async with asyncio.timeout(self.write_timeout_s), self.store.engine.begin() as conn:
+                for i in range(0, len(rows), self.batch_size):
+                    await conn.execute(insert(UsageRow), rows[i : i + self.batch_size])
+        except BaseException:
+            self._requeue(batch)
+            raise
+        self.written += len(rows)
+        self.flushes += 1
+        return len(rows)
+
+    def _requeue(self, batch: deque[Usage]) -> None:
+        batch.extend(self._buf)  # rows added while the write was in flight go after
+        overflow = len(batch) - self.max_buffer
+        for _ in range(max(0, overflow)):
+            batch.popleft()
+        self.dropped += max(0, overflow)
+        self._buf = batch
+
+
+GROUPS = ("key", "model", "day")
+
+
+def _day(store: Store) -> Any:
+    if store.is_sqlite:
+        return func.strftime("%Y-%m-%d", UsageRow.ts, "unixepoch")
+    return func.to_char(func.timezone("UTC", func.to_timestamp(UsageRow.ts)), "YYYY-MM-DD")
+
+
+async def usage_report(
+    store: Store, by: str = "key", since: float | None = None
+) -> list[dict[str, Any]]:
+    """Requests and tokens grouped by key, model or UTC day, largest first for key/model."""
+    if by not in GROUPS:
+        raise InferplaneError(
+            "unknown grouping", field="--by", value=by, fix=f"use one of {', '.join(GROUPS)}"
+        )
+    group: Any = {"key": UsageRow.key_id, "model": UsageRow.model, "day": _day(store)}[by]
+    prompt = func.coalesce(func.sum(UsageRow.prompt_tokens), 0)
+    completion = func.coalesce(func.sum(UsageRow.completion_tokens), 0)
+    errors = func.sum(case((UsageRow.status >= 400, 1), else_=0))
+    query = select(
+        group.label("group"),
+        func.count().label("requests"),
+        cast(errors, Integer).label("errors"),
+        cast(prompt, Integer).label("prompt_tokens"),
+        cast(completion, Integer).label("completion_tokens"),
+    ).group_by(group)
+    if since is not None:
+        query = query.where(UsageRow.ts >= since)
+    async with store.session() as session:
+        rows = (await session.execute(query)).all()
+        names: dict[str, str] = {}
+        if by == "key":
+            names = dict((await session.execute(select(ApiKey.id, ApiKey.name))).all())
+    out = []
+    for g, requests, errs, p, c in rows:
+        item: dict[str, Any] = {by: g if g is not None else "-"}
+        if by == "key":
+            item["name"] = names.get(g, "anonymous" if g is None else "-")
+        item.update(
+            requests=int(requests),
+            errors=int(errs or 0),
+            prompt_tokens=int(p),
+            completion_tokens=int(c),
+            total_tokens=int(p) + int(c),
+        )
+        out.append(item)
+    if by == "day":
+        out.sort(key=lambda r: r["day"])
+    else:
+        out.sort(key=lambda r: (-r["total_tokens"], str(r[by])))
+    return out
+
+
+async def tokens_since(store: Store, since: float) -> dict[str, int]:
+    """Tokens used per key since `since` (seeds budget counters when a gateway starts)."""
+    total = func.sum(UsageRow.prompt_tokens + UsageRow.completion_tokens)
+    query = (
+        select(UsageRow.key_id, total)
+        .where(UsageRow.ts >= since, UsageRow.key_id.is_not(None))
+        .group_by(UsageRow.key_id)
+    )
+    async with store.session() as session:
+        return {k: int(v or 0) for k, v in (await session.execute(query)).all() if k}

@@ -1,0 +1,324 @@
+"""Per-key limits: requests/min, tokens/min, concurrent requests (P38) and token budgets.
+
+Rates use GCRA (a token bucket kept as one "theoretical arrival time" per key): a key may
+burst its whole per-minute allowance and then refills continuously, like OpenAI's limits.
+Tokens are charged with an estimate at admission and corrected with the engine's real
+usage afterwards (`release(..., delta_tokens=actual - estimate)`).
+
+Two backends run the same algorithm: `MemoryLimiter` for one gateway and `RedisLimiter`
+(one Lua script, atomic on the server) when several gateway replicas share limits. Both take
+`now` from the caller, so one wall clock (NTP) orders all replicas and tests control time.
+Concurrency is a set of leases that expire after `lease_ttl_s`, so a replica killed
+mid-request frees its slots on its own.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+WINDOW_S = 60.0
+OK, CONCURRENCY, REQUESTS, TOKENS, BUDGET, TOO_LARGE = 0, 1, 2, 3, 4, 5
+REASONS = {
+    CONCURRENCY: "concurrent requests",
+    REQUESTS: "requests per minute",
+    TOKENS: "tokens per minute",
+    BUDGET: "token budget",
+    TOO_LARGE: "tokens per minute",
+}
+BUDGET_PERIODS = ("day", "month", "total")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One key's limits; None means unlimited."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+    budget_tokens: int | None = None
+    budget_period: str = "month"
+
+    @property
+    def unlimited(self) -> bool:
+        return not (self.rpm or self.tpm or self.max_concurrent or self.budget_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a backend decided: `code` is OK or the first limit that refused."""
+
+    code: int
+    retry_after_s: float = 0.0
+    requests_remaining: int = 0
+    requests_reset_s: float = 0.0
+    tokens_remaining: int = 0
+    tokens_reset_s: float = 0.0
+
+    @property
+    def allowed(self) -> bool:
+        return self.code == OK
+
+
+def budget_window(period: str, now: float) -> tuple[str, float | None]:
+    """(bucket name, seconds until the bucket ends) for a budget period, in UTC."""
+    if period == "total":
+        return "total", None
+    t = time.gmtime(now)
+    if period == "day":
+        start = calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0))
+        return time.strftime("%Y-%m-%d", t), start + 86400 - now
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    end = calendar.timegm((year, month, 1, 0, 0, 0))
+    return time.strftime("%Y-%m", t), end - now
+
+
+def period_start(period: str, now: float) -> float:
+    """When the budget bucket holding `now` began (0 for "total")."""
+    if period == "total":
+        return 0.0
+    t = time.gmtime(now)
+    day = t.tm_mday if period == "day" else 1
+    return float(calendar.timegm((t.tm_year, t.tm_mon, day, 0, 0, 0)))
+
+
+def _remaining(limit: int | None, tat: float, now: float) -> tuple[int, float]:
+    if not limit:
+        return 0, 0.0
+    interval = WINDOW_S / limit
+    reset = max(0.0, tat - now)
+    return max(0, math.floor((WINDOW_S - reset) / interval + 1e-9)), reset
+
+
+class Limiter(Protocol):
+    async def acquire(
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+    ) -> Outcome: ...
+
+    async def release(
+        self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
+    ) -> None: ...
+
+    async def seed_budget(self, key_id: str, bucket: str, used_tokens: int) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class _KeyState:
+    __slots__ = ("budget", "leases", "req_tat", "tok_tat")
+
+    def __init__(self) -> None:
+        self.leases: dict[str, float] = {}
+        self.req_tat = 0.0
+        self.tok_tat = 0.0
+        self.budget: dict[str, int] = {}
+
+
+class MemoryLimiter:
+    """Limits for one gateway process (no I/O, no awaits inside the critical section)."""
+
+    def __init__(self, lease_ttl_s: float = 3600.0) -> None:
+        self.lease_ttl_s = lease_ttl_s
+        self._keys: dict[str, _KeyState] = {}
+
+    async def acquire(
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+    ) -> Outcome:
+        st = self._keys.get(key_id)
+        if st is None:
+            st = self._keys[key_id] = _KeyState()
+        if limits.max_concurrent:
+            if len(st.leases) >= limits.max_concurrent:
+                st.leases = {k: v for k, v in st.leases.items() if v > now}
+            if len(st.leases) >= limits.max_concurrent:
+                return Outcome(CONCURRENCY, 1.0)
+        req_new = tok_new = 0.0
+        if limits.rpm:
+            req_new = max(st.req_tat, now) + WINDOW_S / limits.rpm
+            if req_new - now > WINDOW_S + 1e-9:
+                return Outcome(REQUESTS, req_new - now - WINDOW_S)
+        if limits.tpm:
+            if est_tokens > limits.tpm:
+                return Outcome(TOO_LARGE, WINDOW_S)
+            tok_new = max(st.tok_tat, now) + est_tokens * WINDOW_S / limits.tpm
+            if tok_new - now > WINDOW_S + 1e-9:
+                return Outcome(TOKENS, tok_new - now - WINDOW_S)
+        bucket = ""
+        if limits.budget_tokens:
+            bucket, left = budget_window(limits.budget_period, now)
+            if st.budget.get(bucket, 0) >= limits.budget_tokens:
+                return Outcome(BUDGET, left or 0.0)
+        if limits.max_concurrent:
+            st.leases[lease] = now + self.lease_ttl_s
+        if limits.rpm:
+            st.req_tat = req_new
+        if limits.tpm:
+            st.tok_tat = tok_new
+        if bucket:
+            st.budget[bucket] = st.budget.get(bucket, 0) + est_tokens
+        rr, rs = _remaining(limits.rpm, st.req_tat, now)
+        tr, ts = _remaining(limits.tpm, st.tok_tat, now)
+        return Outcome(OK, 0.0, rr, rs, tr, ts)
+
+    async def release(
+        self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
+    ) -> None:
+        self.release_now(key_id, lease, limits, delta_tokens, now)
+
+    def release_now(
+        self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
+    ) -> None:
+        """`release` without a coroutine (the gateway calls it in its `finally`)."""
+        st = self._keys.get(key_id)
+        if st is None:
+            return
+        st.leases.pop(lease, None)
+        if limits.tpm and delta_tokens:
+            st.tok_tat += delta_tokens * WINDOW_S / limits.tpm
+        if limits.budget_tokens and delta_tokens:
+            bucket, _ = budget_window(limits.budget_period, now)
+            st.budget[bucket] = st.budget.get(bucket, 0) + delta_tokens
+
+    async def seed_budget(self, key_id: str, bucket: str, used_tokens: int) -> None:
+        st = self._keys.setdefault(key_id, _KeyState())
+        st.budget.setdefault(bucket, used_tokens)
+
+    async def close(self) -> None:
+        self._keys.clear()
+
+
+# KEYS: leases zset, request tat, token tat, budget counter.
+# ARGV: now, lease, lease_ttl, est, rpm, tpm, max_concurrent, budget, budget_ttl, window
+_ACQUIRE = """
+local now = tonumber(ARGV[1])
+local est = tonumber(ARGV[4])
+local rpm = tonumber(ARGV[5])
+local tpm = tonumber(ARGV[6])
+local maxc = tonumber(ARGV[7])
+local budget = tonumber(ARGV[8])
+local budget_ttl = tonumber(ARGV[9])
+local window = tonumber(ARGV[10])
+if maxc > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if redis.call('ZCARD', KEYS[1]) >= maxc then return {'1', '1'} end
+end
+local req_new = 0
+local tok_new = 0
+if rpm > 0 then
+  req_new = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), now) + window / rpm
+  if req_new - now > window + 1e-9 then return {'2', tostring(req_new - now - window)} end
+end
+if tpm > 0 then
+  if est > tpm then return {'5', tostring(window)} end
+  tok_new = math.max(tonumber(redis.call('GET', KEYS[3]) or '0'), now) + est * window / tpm
+  if tok_new - now > window + 1e-9 then return {'3', tostring(tok_new - now - window)} end
+end
+if budget > 0 then
+  if tonumber(redis.call('GET', KEYS[4]) or '0') >= budget then
+    return {'4', tostring(math.max(budget_ttl, 0))}
+  end
+end
+if maxc > 0 then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+  redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3])) + 1)
+end
+if rpm > 0 then
+  redis.call('SET', KEYS[2], string.format('%.17g', req_new), 'PX',
+    math.ceil((req_new - now) * 1000) + 1000)
+end
+if tpm > 0 then
+  redis.call('SET', KEYS[3], string.format('%.17g', tok_new), 'PX',
+    math.ceil((tok_new - now) * 1000) + 1000)
+end
+if budget > 0 then
+  redis.call('INCRBY', KEYS[4], est)
+  if budget_ttl > 0 then redis.call('EXPIRE', KEYS[4], math.ceil(budget_ttl) + 86400) end
+end
+return {'0', '0', string.format('%.17g', req_new), string.format('%.17g', tok_new)}
+"""
+
+# KEYS: leases zset, token tat, budget counter. ARGV: lease, delta, tpm, budget, window
+_RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+local delta = tonumber(ARGV[2])
+local tpm = tonumber(ARGV[3])
+if delta ~= 0 and tpm > 0 then
+  local tat = redis.call('GET', KEYS[2])
+  if tat then
+    local ttl = redis.call('PTTL', KEYS[2])
+    local new = tonumber(tat) + delta * tonumber(ARGV[5]) / tpm
+    if ttl > 0 then
+      redis.call('SET', KEYS[2], string.format('%.17g', new), 'PX', ttl)
+    end
+  end
+end
+if delta ~= 0 and tonumber(ARGV[4]) > 0 then
+  redis.call('INCRBY', KEYS[3], delta)
+end
+return 0
+"""
+
+
+class RedisLimiter:
+    """Limits shared by every gateway replica that points at the same Redis."""
+
+    def __init__(self, url: str, prefix: str = "inferplane:", lease_ttl_s: float = 3600.0) -> None:
+        import redis.asyncio as aioredis
+
+        self.prefix = prefix
+        self.lease_ttl_s = lease_ttl_s
+        # A bounded pool that waits for a free connection instead of failing under bursts.
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=64, timeout=5)
+        self.client: Any = aioredis.Redis(connection_pool=pool)
+        self._acquire = self.client.register_script(_ACQUIRE)
+        self._release = self.client.register_script(_RELEASE)
+
+    def _keys(self, key_id: str, limits: Limits, now: float) -> tuple[list[str], float | None]:
+        p = f"{self.prefix}{{{key_id}}}:"  # hash tag: one slot per key on Redis Cluster
+        bucket, left = (
+            budget_window(limits.budget_period, now) if limits.budget_tokens else ("-", None)
+        )
+        return [p + "leases", p + "req", p + "tok", p + "budget:" + bucket], left
+
+    async def acquire(
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+    ) -> Outcome:
+        keys, left = self._keys(key_id, limits, now)
+        raw = await self._acquire(
+            keys=keys,
+            args=[
+                repr(now), lease, repr(self.lease_ttl_s), est_tokens, limits.rpm or 0,
+                limits.tpm or 0, limits.max_concurrent or 0, limits.budget_tokens or 0,
+                repr(left or 0.0), repr(WINDOW_S),
+            ],
+        )
+        code = int(raw[0])
+        if code != OK:
+            return Outcome(code, float(raw[1]))
+        rr, rs = _remaining(limits.rpm, float(raw[2]), now)
+        tr, ts = _remaining(limits.tpm, float(raw[3]), now)
+        return Outcome(OK, 0.0, rr, rs, tr, ts)
+
+    async def release(
+        self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
+    ) -> None:
+        keys, _ = self._keys(key_id, limits, now)
+        await self._release(
+            keys=[keys[0], keys[2], keys[3]],
+            args=[lease, delta_tokens, limits.tpm or 0, limits.budget_tokens or 0, repr(WINDOW_S)],
+        )
+
+    async def seed_budget(self, key_id: str, bucket: str, used_tokens: int) -> None:
+        await self.client.set(f"{self.prefix}{{{key_id}}}:budget:{bucket}", used_tokens, nx=True)
+
+    async def clear(self) -> None:
+        """Delete every key under this limiter's prefix (tests)."""
+        async for name in self.client.scan_iter(match=self.prefix + "*"):
+            await self.client.delete(name)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        await self.client.connection_pool.disconnect()

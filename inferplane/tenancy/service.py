@@ -1,0 +1,426 @@
+"""`Tenancy`: what the gateway calls around each request.
+
+    adm = await tenancy.admit(authorization_header, model, prompt_tokens_estimate)
+    if isinstance(adm, Rejection): answer adm.status with adm.body() and adm.headers
+    ... proxy ...
+    tenancy.record(adm, usage)
+
+Nothing here touches the database on the hot path: keys and routes are cached and
+refreshed every `refresh_s`, usage rows go to the batched ledger, limits are in memory or
+in one Redis round trip.
+
+Auth: "on" requires a valid key; "off" admits anonymous requests (a valid key is still
+honoured for its limits and usage); "auto" (default) is on as soon as the store holds at
+least one key (revoking the last key does not open the gateway again); it is
+re-evaluated at every refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import orjson
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from inferplane.gateway.config import WeightedRoute, WeightedTarget
+from inferplane.gateway.state import GatewayState, WeightedChooser
+from inferplane.store import Store
+from inferplane.tenancy.keys import KeyPolicy, active_policies, key_count
+from inferplane.tenancy.ledger import Usage, UsageLedger, tokens_since
+from inferplane.tenancy.limits import (
+    BUDGET,
+    REASONS,
+    TOO_LARGE,
+    Limiter,
+    Limits,
+    MemoryLimiter,
+    Outcome,
+    budget_window,
+    period_start,
+)
+from inferplane.tenancy.routes import RouteTable, Targets, load_routes, seed_routes
+
+log = logging.getLogger("inferplane.tenancy")
+
+AuthMode = Literal["auto", "on", "off"]
+
+
+def _duration(seconds: float) -> bytes:
+    """OpenAI's reset format: '1s', '6m0s', '20ms'."""
+    if seconds < 1:
+        return b"%dms" % max(0, round(seconds * 1000))
+    s = round(seconds, 3)
+    minutes, rest = divmod(s, 60)
+    if minutes:
+        return b"%dm%ss" % (minutes, f"{rest:g}".encode())
+    return f"{rest:g}s".encode()
+
+
+@dataclass(slots=True)
+class Admission:
+    """An admitted request: who it is, what it reserved, headers for the response."""
+
+    key_id: str | None
+    lease: str = ""
+    est_tokens: int = 0
+    limits: Limits | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    batch: bool = False  # the key's priority class is batch
+    route_to: str | None = None  # a per-key override picked this model
+
+
+@dataclass(slots=True)
+class Rejection:
+    status: int
+    message: str
+    type: str
+    code: str
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def body(self) -> bytes:
+        return orjson.dumps(
+            {"error": {"message": self.message, "type": self.type, "param": None,
+                       "code": self.code}}
+        )  # fmt: skip
+
+
+ANONYMOUS = Admission(None)
+
+
+class _Collector(Collector):
+    def __init__(self, tenancy: Tenancy) -> None:
+        self.t = tenancy
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        t = self.t
+        ledger = t.ledger
+        yield CounterMetricFamily(
+            "inferplane_usage_written", "Usage rows written to the ledger",
+            value=ledger.written if ledger else 0,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            "inferplane_usage_dropped", "Usage rows dropped: buffer full during a DB outage",
+            value=ledger.dropped if ledger else 0,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            "inferplane_usage_flush_failures", "Failed ledger flushes (retried)",
+            value=ledger.failures if ledger else 0,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "inferplane_usage_buffered", "Usage rows waiting for the next flush",
+            value=ledger.pending if ledger else 0,
+        )  # fmt: skip
+        rejected = CounterMetricFamily(
+            "inferplane_tenancy_rejected", "Requests refused by auth or limits", labels=["reason"]
+        )
+        for reason, n in sorted(t.rejected.items()):
+            rejected.add_metric([reason], n)
+        yield rejected
+        yield CounterMetricFamily(
+            "inferplane_limiter_errors", "Limiter backend errors (requests were admitted)",
+            value=t.limiter_errors,
+        )  # fmt: skip
+
+
+class Tenancy:
+    def __init__(
+        self,
+        store: Store | None,
+        limiter: Limiter | None = None,
+        auth: AuthMode = "auto",
+        default_limits: Limits | None = None,
+        refresh_s: float = 2.0,
+        ledger_flush_s: float = 1.0,
+        admin_token: str | None = None,
+        replica: str | None = None,
+        clock: Callable[[], float] = time.time,
+        seed: Sequence[tuple[str, Targets]] = (),
+        announce: bool = False,
+    ) -> None:
+        self.store = store
+        self.seed = tuple(seed)  # the fleet file's routes: inserted when the table lacks them
+        self.announce = announce
+        self.limiter: Limiter = limiter or MemoryLimiter()
+        self.auth_mode = auth
+        self.default_limits = default_limits or Limits()
+        self.refresh_s = refresh_s
+        self.admin_token = admin_token
+        self.clock = clock
+        self.ledger = UsageLedger(store, ledger_flush_s) if store is not None else None
+        self.keys: dict[str, KeyPolicy] = {}
+        self.keys_ever = 0  # keys created so far, revoked ones included
+        self.routes = RouteTable()
+        self.state: GatewayState | None = None
+        self._per_key: dict[str, dict[str, WeightedChooser]] = {}
+        self._lease_prefix = (replica or os.urandom(4).hex()) + ":"
+        self._lease_seq = 0
+        self._task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+        self.rejected: dict[str, int] = {}
+        self.limiter_errors = 0
+        self._memory = isinstance(self.limiter, MemoryLimiter)
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    @property
+    def auth_required(self) -> bool:
+        if self.auth_mode == "auto":
+            return self.keys_ever > 0
+        return self.auth_mode == "on"
+
+    def describe(self) -> str:
+        """One line for the gateway's startup banner."""
+        where = self.store.url if self.store is not None else "no database"
+        if self.auth_required:
+            return f"auth: ON ({len(self.keys)} active keys in {where})"
+        why = "gateway.auth: off" if self.auth_mode == "off" else "no API keys yet"
+        return (
+            f"auth: OFF ({why}; anyone can call the gateway; create a key with "
+            f"`inferplane keys create NAME` to turn it on) — usage ledger: {where}"
+        )
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        registry.register(_Collector(self))
+
+    async def start(self, state: GatewayState | None = None) -> None:
+        self.state = state
+        if self.store is not None:
+            await self.store.migrate()
+            if self.seed:
+                await seed_routes(self.store, self.seed)
+            await self.refresh()
+            await self._seed_budgets()
+            assert self.ledger is not None
+            self.ledger.start()
+            self._task = asyncio.get_running_loop().create_task(self._refresh_loop())
+        if self.announce:
+            print(f"inferplane gateway {self.describe()}", file=sys.stderr, flush=True)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        if self.ledger is not None:
+            await self.ledger.stop()
+        await self.limiter.close()
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            try:
+                await self.refresh()
+            except Exception as exc:  # keep serving with the cached keys and routes
+                log.warning("tenancy refresh failed: %s", exc)
+
+    async def refresh(self) -> None:
+        """Reload keys and routes from the store and apply route changes to the gateway."""
+        assert self.store is not None
+        self.keys = await active_policies(self.store, self.clock())
+        self.keys_ever = await key_count(self.store)
+        self.apply_routes(await load_routes(self.store))
+
+    def apply_routes(self, table: RouteTable) -> None:
+        old = self.routes
+        state = self.state
+        if state is not None:
+            for name, targets in table.weighted.items():
+                if old.weighted.get(name) == targets:
+                    continue
+                try:
+                    state.set_weights(name, [WeightedTarget(t, w) for t, w in targets])
+                except Exception as exc:
+                    log.warning("route %s not applied: %s", name, exc)
+            for name in old.weighted.keys() - table.weighted.keys():
+                state.clear_weights(name)
+        if table.per_key != old.per_key:
+            per_key: dict[str, dict[str, WeightedChooser]] = {}
+            for key_id, routes in table.per_key.items():
+                choosers = per_key[key_id] = {}
+                for name, targets in routes.items():
+                    try:
+                        wr = WeightedRoute(name, tuple(WeightedTarget(t, w) for t, w in targets))
+                    except Exception as exc:
+                        log.warning("override %s for %s not applied: %s", name, key_id, exc)
+                        continue
+                    choosers[name] = WeightedChooser(wr.targets)
+            self._per_key = per_key
+        self.routes = table
+
+    async def _seed_budgets(self) -> None:
+        assert self.store is not None
+        now = self.clock()
+        for period in ("day", "month", "total"):
+            policies = [
+                p for p in self.keys.values()
+                if p.limits.budget_tokens and p.limits.budget_period == period
+            ]  # fmt: skip
+            if not policies:
+                continue
+            bucket, _ = budget_window(period, now)
+            start = period_start(period, now)
+            used = await tokens_since(self.store, start)
+            for p in policies:
+                await self.limiter.seed_budget(p.id, bucket, used.get(p.id, 0))
+
+    # ---- the hot path ------------------------------------------------------------------
+
+    def _reject(self, status: int, reason: str, message: str, type_: str, code: str,
+                headers: list[tuple[bytes, bytes]] | None = None) -> Rejection:  # fmt: skip
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        return Rejection(status, message, type_, code, headers or [])
+
+    def authenticate(self, authorization: bytes | None) -> KeyPolicy | None:
+        if not authorization:
+            return None
+        scheme, _, token = authorization.partition(b" ")
+        if scheme.lower() != b"bearer" or not token:
+            return None
+        return self.keys.get(hashlib.sha256(token.strip()).hexdigest())
+
+    async def admit(
+        self, authorization: bytes | None, model: str, est_tokens: int
+    ) -> Admission | Rejection:
+        policy = self.authenticate(authorization)
+        now = self.clock()
+        if policy is None:
+            if not self.auth_required:
+                return ANONYMOUS
+            if authorization:
+                msg = "Incorrect API key provided. Create one with `inferplane keys create`."
+            else:
+                msg = "You didn't provide an API key. Send 'Authorization: Bearer KEY'."
+            return self._reject(401, "auth", msg, "invalid_request_error", "invalid_api_key")
+        if policy.expires_at is not None and policy.expires_at <= now:
+            return self._reject(
+                401, "expired", f"API key {policy.id} has expired.", "invalid_request_error",
+                "invalid_api_key",
+            )  # fmt: skip
+        if policy.allowed_models is not None and model not in policy.allowed_models:
+            return self._reject(
+                403, "model", f"API key {policy.id} may not use model `{model}`.",
+                "invalid_request_error", "model_not_allowed",
+            )  # fmt: skip
+        limits = self._effective(policy.limits)
+        adm = Admission(policy.id, batch=policy.priority == "batch")
+        overrides = self._per_key.get(policy.id)
+        if overrides:
+            chooser = overrides.get(model)
+            if chooser is not None:
+                adm.route_to = chooser.choose()
+        if limits.unlimited:
+            return adm
+        self._lease_seq += 1
+        lease = self._lease_prefix + str(self._lease_seq)
+        try:
+            out = await self.limiter.acquire(policy.id, lease, limits, est_tokens, now)
+        except Exception as exc:  # a limiter outage must not take the gateway down
+            self.limiter_errors += 1
+            log.warning("limiter unavailable, admitting without limits: %s", exc)
+            return adm
+        if not out.allowed:
+            return self._limit_rejection(policy, limits, out)
+        adm.lease = lease
+        adm.est_tokens = est_tokens
+        adm.limits = limits
+        adm.headers = self._headers(limits, out)
+        return adm
+
+    def _effective(self, own: Limits) -> Limits:
+        d = self.default_limits
+        if d.unlimited:
+            return own
+        return Limits(
+            own.rpm or d.rpm,
+            own.tpm or d.tpm,
+            own.max_concurrent or d.max_concurrent,
+            own.budget_tokens or d.budget_tokens,
+            own.budget_period if own.budget_tokens else d.budget_period,
+        )
+
+    @staticmethod
+    def _headers(limits: Limits, out: Outcome) -> list[tuple[bytes, bytes]]:
+        h: list[tuple[bytes, bytes]] = []
+        if limits.rpm:
+            h += [
+                (b"x-ratelimit-limit-requests", b"%d" % limits.rpm),
+                (b"x-ratelimit-remaining-requests", b"%d" % out.requests_remaining),
+                (b"x-ratelimit-reset-requests", _duration(out.requests_reset_s)),
+            ]
+        if limits.tpm:
+            h += [
+                (b"x-ratelimit-limit-tokens", b"%d" % limits.tpm),
+                (b"x-ratelimit-remaining-tokens", b"%d" % out.tokens_remaining),
+                (b"x-ratelimit-reset-tokens", _duration(out.tokens_reset_s)),
+            ]
+        return h
+
+    def _limit_rejection(self, policy: KeyPolicy, limits: Limits, out: Outcome) -> Rejection:
+        reason = REASONS[out.code]
+        retry = max(1, int(out.retry_after_s + 0.999))
+        headers = [(b"retry-after", b"%d" % retry), (b"retry-after-ms", b"%d" % (
+            max(1, round(out.retry_after_s * 1000))))]  # fmt: skip
+        if limits.rpm:
+            headers.append((b"x-ratelimit-limit-requests", b"%d" % limits.rpm))
+        if limits.tpm:
+            headers.append((b"x-ratelimit-limit-tokens", b"%d" % limits.tpm))
+        if out.code == BUDGET:
+            return self._reject(
+                429, "budget",
+                f"API key {policy.id} has used its token budget of {limits.budget_tokens} "
+                f"for this {limits.budget_period}.",
+                "insufficient_quota", "insufficient_quota", headers,
+            )  # fmt: skip
+        if out.code == TOO_LARGE:
+            return self._reject(
+                429, "too_large",
+                f"Request too large: its estimated tokens exceed the key's limit of "
+                f"{limits.tpm} tokens per minute.",
+                "tokens", "rate_limit_exceeded", headers,
+            )  # fmt: skip
+        return self._reject(
+            429, reason.replace(" ", "_"),
+            f"Rate limit reached for {reason} on API key {policy.id}. "
+            f"Please try again in {out.retry_after_s:.3g}s.",
+            "requests" if reason != "tokens per minute" else "tokens",
+            "rate_limit_exceeded", headers,
+        )  # fmt: skip
+
+    def record(self, adm: Admission, usage: Usage) -> None:
+        """After the response: free the concurrency slot, correct the token estimate with
+        the engine's usage, and queue the ledger row. Never blocks."""
+        if adm.limits is not None:
+            delta = usage.prompt_tokens + usage.completion_tokens - adm.est_tokens
+            limiter = self.limiter
+            if self._memory:
+                assert isinstance(limiter, MemoryLimiter)
+                limiter.release_now(adm.key_id or "", adm.lease, adm.limits, delta, usage.ts)
+            else:
+                task = asyncio.get_running_loop().create_task(
+                    self._release(adm, delta, usage.ts)
+                )
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
+        if self.ledger is not None:
+            self.ledger.add(usage)
+
+    async def _release(self, adm: Admission, delta: int, now: float) -> None:
+        assert adm.limits is not None
+        try:
+            await self.limiter.release(adm.key_id or "", adm.lease, adm.limits, delta, now)
+        except Exception as exc:  # the lease expires on its own (lease_ttl_s)
+            self.limiter_errors += 1
+            log.warning("limiter release failed: %s", exc)

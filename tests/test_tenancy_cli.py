@@ -1,0 +1,54 @@
+"""`inferplane keys`, `routes` and `usage` against a SQLite file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from inferplane.cli.main import _register_commands, app
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def db(tmp_path: Path) -> list[str]:
+    _register_commands()
+    return ["--db", f"sqlite:///{tmp_path / 'x.db'}"]
+
+
+def test_keys_lifecycle_json(db: list[str]) -> None:
+    r = runner.invoke(app, ["keys", "create", "team-a", "--rpm", "10", "--models", "a,b",
+                            "--json", *db])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    created = json.loads(r.stdout)
+    assert created["key"].startswith("ip-") and created["allowed_models"] == ["a", "b"]
+    listed = json.loads(runner.invoke(app, ["keys", "list", "--json", *db]).stdout)["keys"]
+    assert [k["id"] for k in listed] == [created["id"]] and "key" not in listed[0]
+    r = runner.invoke(app, ["keys", "rotate", created["id"], "--json", *db])
+    rotated = json.loads(r.stdout)
+    assert rotated["key"] != created["key"]
+    assert runner.invoke(app, ["keys", "revoke", created["id"], *db]).exit_code == 0
+    assert json.loads(runner.invoke(app, ["keys", "list", "--json", *db]).stdout)["keys"] == []
+    everything = runner.invoke(app, ["keys", "list", "--all", "--json", *db]).stdout
+    assert json.loads(everything)["keys"][0]["revoked_at"]
+
+
+def test_bad_input_is_a_clear_error(db: list[str]) -> None:
+    r = runner.invoke(app, ["keys", "create", "x", "--rpm", "0", *db])
+    assert r.exit_code != 0 and "rpm" in str(r.exception)
+    r = runner.invoke(app, ["routes", "set", "llama", "a=-1", *db])
+    assert r.exit_code != 0 and "MODEL=WEIGHT" in str(r.exception)
+
+
+def test_routes_set_show_and_usage(db: list[str]) -> None:
+    r = runner.invoke(app, ["routes", "set", "llama", "v1=95", "v2=5", *db])
+    assert r.exit_code == 0 and "v2 5.0%" in r.stdout
+    rows = json.loads(runner.invoke(app, ["routes", "show", "--json", *db]).stdout)["routes"]
+    assert [(x["target"], x["weight"]) for x in rows] == [("v1", 95.0), ("v2", 5.0)]
+    r = runner.invoke(app, ["usage", "--by", "model", "--since", "7d", "--csv", *db])
+    assert r.exit_code == 0 and r.stdout.startswith("model,requests,errors")
+    r = runner.invoke(app, ["usage", "--by", "team", *db])
+    assert r.exit_code != 0

@@ -1,0 +1,145 @@
+"""The usage ledger: batched writes, reports, a database outage that blocks nothing, and
+a gateway killed with -9 losing at most the rows since its last flush."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from tenancy_fixtures import db_url, store  # noqa: F401
+
+from inferplane.store import Store, UsageRow
+from inferplane.tenancy.ledger import Usage, UsageLedger, tokens_since, usage_report
+
+DAY = 86400.0
+T0 = 1_800_000_000.0
+
+
+def usage(i: int, key: str | None = "k1", model: str = "m", ts: float = T0) -> Usage:
+    return Usage(
+        ts=ts, request_id=f"r{i}", key_id=key, model=model, replica="http://x", prompt_tokens=i,
+        completion_tokens=2 * i, status=200 if i % 10 else 429, stream=bool(i % 2),
+        duration_s=0.1, ttft_s=0.01, queue_wait_s=0.0,
+    )  # fmt: skip
+
+
+async def count(store: Store) -> int:  # noqa: F811
+    async with store.session() as s:
+        return int((await s.execute(select(func.count()).select_from(UsageRow))).scalar_one())
+
+
+async def test_flush_writes_everything_and_reports_group(store: Store) -> None:  # noqa: F811
+    ledger = UsageLedger(store, batch_size=7)
+    for i in range(1, 101):
+        ledger.add(usage(i, key="k1" if i <= 60 else "k2", model="a" if i % 2 else "b",
+                         ts=T0 + (DAY if i > 80 else 0)))  # fmt: skip
+    assert await ledger.flush() == 100 and ledger.pending == 0
+    assert await count(store) == 100
+    by_key = {r["key"]: r for r in await usage_report(store, "key")}
+    assert by_key["k1"]["prompt_tokens"] == sum(range(1, 61))
+    assert by_key["k2"]["completion_tokens"] == 2 * sum(range(61, 101))
+    assert by_key["k1"]["requests"] == 60 and by_key["k1"]["errors"] == 6
+    days = await usage_report(store, "day")
+    assert [d["day"] for d in days] == ["2027-01-15", "2027-01-16"]
+    assert [d["requests"] for d in days] == [80, 20]
+    by_model = {r["model"]: r["requests"] for r in await usage_report(store, "model")}
+    assert by_model == {"a": 50, "b": 50}
+    since = await usage_report(store, "key", since=T0 + 1)
+    assert sum(r["requests"] for r in since) == 20
+    assert (await tokens_since(store, T0 + 1)) == {"k2": 3 * sum(range(81, 101))}
+
+
+async def test_database_outage_buffers_retries_and_counts_drops(
+    store: Store,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ledger = UsageLedger(store, max_buffer=50)
+    real_engine = store.engine
+
+    class Down:
+        def begin(self) -> Any:
+            raise ConnectionRefusedError("database is down")
+
+    monkeypatch.setattr(store, "engine", Down())
+    for i in range(1, 41):
+        ledger.add(usage(i))  # never blocks, never raises
+    with pytest.raises(ConnectionRefusedError):
+        await ledger.flush()
+    assert ledger.pending == 40 and ledger.dropped == 0
+    for i in range(41, 61):
+        ledger.add(usage(i))
+    assert ledger.pending == 50 and ledger.dropped == 10  # the oldest 10 went
+    monkeypatch.setattr(store, "engine", real_engine)
+    assert await ledger.flush() == 50
+    assert await count(store) == 50
+    async with store.session() as s:
+        first = (await s.execute(select(func.min(UsageRow.prompt_tokens)))).scalar_one()
+    assert first == 11
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from inferplane.store import Store
+    from inferplane.tenancy.ledger import Usage, UsageLedger
+
+    async def main() -> None:
+        store = await Store.open(sys.argv[1])
+        ledger = UsageLedger(store, flush_interval_s=float(sys.argv[2]))
+        ledger.start()
+        i = 0
+        flushes = 0
+        while True:
+            i += 1
+            ledger.add(Usage(0.0, f"r{i}", "k", "m", "-", i, 1, 200, False, 0, 0, 0))
+            if ledger.flushes != flushes:
+                flushes = ledger.flushes
+                print("flushed", ledger.written, flush=True)
+            print("added", i, flush=True)
+            await asyncio.sleep(0.001)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_kill_9_loses_at_most_one_flush_interval(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    (await Store.open(url)).engine.sync_engine.dispose()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url, "0.2"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    flushed_seen = 0
+    added = 0
+    flushes_seen = 0
+    for line in proc.stdout:
+        kind, n = line.split()
+        if kind == "flushed":
+            flushed_seen = int(n)
+            flushes_seen += 1
+        else:
+            added = int(n)
+        if flushes_seen >= 3 and kind == "added" and added > flushed_seen + 20:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = await Store.open(url)  # noqa: F811
+    async with store.session() as s:
+        rows = [r for (r,) in await s.execute(select(UsageRow.prompt_tokens))]
+    await store.close()
+    # Every row of every completed flush is there, as a gap-free prefix of what was added;
+    # only rows added after the last flush (one interval's worth) are lost.
+    assert sorted(rows) == list(range(1, len(rows) + 1))
+    assert len(rows) >= flushed_seen
+    lost = added - len(rows)
+    print(f"kill -9: {len(rows)} rows durable, {lost} lost (added since the last flush)")
+    assert 0 <= lost <= added - flushed_seen
