@@ -168,7 +168,7 @@ async def test_sigterm_drains_20_streams_then_everything_exits(tmp_path: Path) -
 
         async def stream(client: httpx.AsyncClient) -> str:
             nonlocal first_chunks
-            body = {"model": "chat", "stream": True, "max_tokens": 120, "ignore_eos": True,
+            body = {"model": "chat", "stream": True, "max_tokens": 2000, "ignore_eos": True,
                     "messages": [{"role": "user", "content": "tell a story"}]}
             text = ""
             async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
