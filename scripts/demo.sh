@@ -11,7 +11,7 @@ if [ ! -x .venv/bin/inferplane ]; then
 fi
 STATE_DIR="${STATE_DIR:-.inferplane-demo}"
 PORT="${PORT:-8000}"
-.venv/bin/inferplane up examples/demo-sim.yaml --detach --state-dir "$STATE_DIR" \
+.venv/bin/inferplane up examples/demo.yaml --detach --state-dir "$STATE_DIR" \
   --gateway-port "$PORT"
 trap '.venv/bin/inferplane down --state-dir "$STATE_DIR"' EXIT
 echo "--- POST http://127.0.0.1:$PORT/v1/chat/completions"
