@@ -215,3 +215,56 @@ def s4() -> tuple[FleetSpec, Plan, str]:
         for i in range(8)
     ]
     return fleet, _plan("/srv/s4.yaml", instances, gpus), S4_FLEET
+
+
+def s0_hami() -> tuple[FleetSpec, Plan, str]:
+    """S0 on a node whose cards HAMi shares: each container gets its own vGPU slice."""
+    text = S0_FLEET.replace("      interconnect: pcie\n",
+                            "      interconnect: pcie\n      sharing: hami\n")
+    fleet = parse_fleet(text, filename="s0.yaml", base_dir="/srv")
+    _, plan, _ = s0()
+    return fleet, plan, text
+
+
+MIG_FLEET = """\
+engine:
+  kind: vllm
+  version: "0.26.0"
+gpus:
+  nodes:
+    - name: h100-mig-1
+      gpu_type: H100-SXM-80GB
+      count: 1
+      sharing: mig
+      mig_profile: 3g.40gb
+models:
+  - name: qwen3-embedding-0.6b
+    source: /models/Qwen--Qwen3-Embedding-0.6B
+    task: embed
+    max_model_len: 8192
+    max_num_seqs: 64
+  - name: qwen3-8b
+    source: Qwen/Qwen3-8B
+    max_model_len: 8192
+    max_num_seqs: 16
+    placement:
+      colocate_with: [qwen3-embedding-0.6b]
+"""
+
+
+def mig(profile: str = "3g.40gb", llm_util: float = 0.4) -> tuple[FleetSpec, Plan, str]:
+    """An embedding model and Qwen3-8B co-located on one H100 partitioned into 3g.40gb."""
+    text = MIG_FLEET.replace("3g.40gb", profile)
+    fleet = parse_fleet(text, filename="mig.yaml", base_dir="/srv")
+    emb, llm = "qwen3-embedding-0.6b-0", "qwen3-8b-0"
+    instances = [
+        instance("qwen3-embedding-0.6b", 0, node="h100-mig-1", gpu_type="H100-SXM-80GB",
+                 gpus=[0], port=8100, util=0.1, weights_gib=1.1, seqs=64,
+                 source="/models/Qwen--Qwen3-Embedding-0.6B", shares=[llm]),
+        instance("qwen3-8b", 0, node="h100-mig-1", gpu_type="H100-SXM-80GB", gpus=[0],
+                 port=8200, util=llm_util, weights_gib=15.3, source="Qwen/Qwen3-8B", seqs=16,
+                 shares=[emb], after=[emb]),
+    ]
+    gpus = [PlanGpu(node="h100-mig-1", index=0, type="H100-SXM-80GB", memory_gib=79.2,
+                    budget_gib=75.2, used_gib=40.6, free_gib=34.6, instances=[emb, llm])]
+    return fleet, _plan("/srv/mig.yaml", instances, gpus), text

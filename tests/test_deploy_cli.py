@@ -36,6 +36,36 @@ def test_render_with_saved_plan_then_check(tmp_path: Path) -> None:
     assert "maxSurge: 0" in bad.output
 
 
+def test_render_weights_and_gang_options(tmp_path: Path) -> None:
+    fleet_file = tmp_path / "s4.yaml"
+    _, plan, text = s4()
+    fleet_file.write_text(text)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.model_dump_json())
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["render", str(fleet_file), "--plan", str(plan_file),
+                                 "--out", str(out), "--weights", "prewarm", "--gang",
+                                 "volcano", "--gang-queue", "llm", "--json"])
+    assert result.exit_code == 0, result.output
+    files = json.loads(result.output)["files"]
+    assert "models/deepseek-r1/prewarm.yaml" in files
+    assert "engines/deepseek-r1/podgroup.yaml" in files
+    assert runner.invoke(app, ["render", "--check", str(out)]).exit_code == 0
+    pvc_out = tmp_path / "pvc"
+    result = runner.invoke(app, ["render", str(fleet_file), "--plan", str(plan_file),
+                                 "--out", str(pvc_out), "--weights", "pvc",
+                                 "--weights-storage-class", "nfs-ro", "--gang", "kueue"])
+    assert result.exit_code == 0, result.output
+    assert "storageClassName: nfs-ro" in (pvc_out / "models/qwen3-8b/pvc.yaml").read_text()
+    from inferplane.errors import InferplaneError
+
+    for flag, value in (("--weights", "nfs"), ("--gang", "yunikorn")):
+        bad = runner.invoke(app, ["render", str(fleet_file), "--plan", str(plan_file),
+                                  "--out", str(tmp_path / "bad"), flag, value])
+        assert isinstance(bad.exception, InferplaneError)
+        assert bad.exception.field == flag and bad.exception.value == value
+
+
 def test_render_plans_the_example_itself(tmp_path: Path) -> None:
     out = tmp_path / "compose"
     result = runner.invoke(app, ["render", str(REPO / "examples/s0-l40s-colocated.yaml"),

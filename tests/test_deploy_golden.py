@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_plans import s0, s4
+from deploy_plans import mig, s0, s0_hami, s4
 
 from inferplane.deploy import RenderOptions, check_dir, render_files
 from inferplane.spec import load_fleet
@@ -49,6 +49,25 @@ def test_hand_built_plans(scenario: Callable[[], Any], target: str) -> None:
     fleet, plan, text = scenario()
     files = render_files(fleet, plan, target, RenderOptions(fleet_text=text))
     _compare(f"{scenario.__name__}-{target}", files)
+
+
+OPTION_SCENARIOS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
+    "s4-pvc-volcano": (s4, {"weights": "pvc", "weights_storage_class": "nfs-ro",
+                            "gang": "volcano"}),
+    "s4-prewarm-kueue": (s4, {"weights": "prewarm", "gang": "kueue"}),
+    "s0-hami": (s0_hami, {}),
+    "mig": (mig, {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_SCENARIOS))
+def test_render_options(name: str) -> None:
+    """Weights (P35), gang scheduling (P15), MIG/HAMi slices (S0): output and validity."""
+    scenario, opts = OPTION_SCENARIOS[name]
+    fleet, plan, text = scenario()
+    files = render_files(fleet, plan, "k8s", RenderOptions(fleet_text=text, **opts))
+    _compare(f"{name}-k8s", files)
+    assert check_dir(GOLDEN / f"{name}-k8s") == []
 
 
 @pytest.mark.parametrize("example", ["s0-l40s-colocated", "s4-deepseek-qwen-mix"])

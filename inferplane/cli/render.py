@@ -45,6 +45,17 @@ def render(
         200.0, "--disk-read-mib-s", help="Model store read speed, for startup budgets (P24)."),
     gateway_image: str | None = typer.Option(None, "--gateway-image",
                                              help="Image with inferplane installed."),
+    weights: str = typer.Option(
+        "none", "--weights",
+        help="Model weights (P35): none (hostPath/HF cache) | pvc (ReadOnlyMany PVC per "
+             "model) | prewarm (DaemonSet copies them to node-local disk first)."),
+    weights_storage_class: str | None = typer.Option(
+        None, "--weights-storage-class", help="StorageClass of the weights PVCs."),
+    gang: str = typer.Option(
+        "none", "--gang", help="Gang scheduling for multi-GPU models (P15): kueue | volcano "
+                               "| none."),
+    gang_queue: str = typer.Option(
+        "default", "--gang-queue", help="Kueue LocalQueue or Volcano Queue name."),
     check: Path | None = typer.Option(None, "--check", help="Validate this rendered directory."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON result."),
 ) -> None:
@@ -96,11 +107,23 @@ def render(
     from inferplane.planner.plan import Plan
 
     assert isinstance(the_plan, Plan)
+    from inferplane.deploy.options import GANG_SCHEDULERS, WEIGHTS_MODES
+
+    weights_mode = next((m for m in WEIGHTS_MODES if m == weights), None)
+    if weights_mode is None:
+        raise InferplaneError("unknown weights mode", field="--weights", value=weights,
+                              fix=f"use one of: {', '.join(WEIGHTS_MODES)}")
+    gang_mode = next((g for g in GANG_SCHEDULERS if g == gang), None)
+    if gang_mode is None:
+        raise InferplaneError("unknown gang scheduler", field="--gang", value=gang,
+                              fix=f"use one of: {', '.join(GANG_SCHEDULERS)}")
     options = RenderOptions(
         namespace=namespace, k8s_version=k8s_version,
         autoscaler="keda" if autoscaler == "keda" else "hpa" if autoscaler == "hpa" else "none",
         ingress_host=ingress_host, disk_read_mib_s=disk_read_mib_s,
         fleet_text=fleet.read_text(encoding="utf-8"),
+        weights=weights_mode, weights_storage_class=weights_storage_class,
+        gang=gang_mode, gang_queue=gang_queue,
     )
     if gateway_image:
         options = replace(options, gateway_image=gateway_image)

@@ -4,9 +4,11 @@ Kubernetes: every built-in object against the official OpenAPI-derived JSON sche
 strict mode (`kubernetes-validate`) for each requested version; KEDA and
 prometheus-operator objects through their generated pydantic models
 (`cloudcoil-models-keda`, `cloudcoil-models-prometheus-operator`) with a round trip that
-catches unknown fields; then the checks no schema expresses (selectors match labels, scale
-targets exist, GPU requests = limits, quantities parse, DNS-1123 names, port names <= 15
-characters, one PDB per pod, drain and rollout settings).
+catches unknown fields; Volcano PodGroups against the vendored CRD schema
+(`schemas/volcano-podgroup-v1beta1.json`, strict); then the checks no schema expresses
+(selectors match labels, scale targets exist, GPU requests = limits, quantities parse,
+DNS-1123 names, port names <= 15 characters, one PDB per pod, drain and rollout settings,
+PodGroups and PVCs that pods name exist, a PodGroup's GPUs match its pods).
 Compose: the compose-spec JSON schema. systemd: `systemd-analyze verify` when present.
 """
 
@@ -29,6 +31,12 @@ DEFAULT_K8S_VERSIONS = ("1.29", "1.33")
 QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?\d+)?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 GPU_PREFIXES = ("nvidia.com/", "amd.com/gpu")
+WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+HAMI_MEMORY = "nvidia.com/gpumem"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+_JSON_SCHEMAS: dict[tuple[str, str], str] = {
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "schemas/volcano-podgroup-v1beta1.json",
+}
 _NAMED_BY_DNS1035 = {"Service"}
 
 
@@ -94,6 +102,9 @@ def schema_problems(docs: list[Doc], versions: tuple[str, ...]) -> list[CheckPro
         if doc.get("kind") == "Kustomization":
             continue
         key = (str(doc.get("apiVersion")), str(doc.get("kind")))
+        if key in _JSON_SCHEMAS:
+            problems += _json_schema_problems(file, doc, _JSON_SCHEMAS[key])
+            continue
         if key in _CRD_MODELS:
             module, cls_name = _CRD_MODELS[key]
             model = getattr(importlib.import_module(module), cls_name)
@@ -121,6 +132,23 @@ def schema_problems(docs: list[Doc], versions: tuple[str, ...]) -> list[CheckPro
                 problems.append(CheckProblem(
                     file, _kn(doc), f"Kubernetes {version}: {where}: {exc.message}"))
     return problems
+
+
+def _json_schema_problems(file: str, doc: dict[str, Any], schema_path: str) -> list[
+        CheckProblem]:
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("inferplane.deploy").joinpath(schema_path).read_text(
+        encoding="utf-8"))
+    validator = jsonschema.Draft7Validator(schema)
+    return [
+        CheckProblem(file, _kn(doc),
+                     f"{'.'.join(str(p) for p in err.absolute_path) or '.'}: {err.message}")
+        for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    ]
 
 
 # --- semantic checks ------------------------------------------------------------------------
@@ -211,11 +239,19 @@ def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
         port_names: set[str] = set()
         gpu_containers = 0
         grace = int(spec.get("terminationGracePeriodSeconds", 30))
+        for c in spec.get("initContainers") or []:
+            res = c.get("resources") or {}
+            if any(k.startswith(GPU_PREFIXES) for k in {*(res.get("requests") or {}),
+                                                        *(res.get("limits") or {})}):
+                bad(file, doc, f"init container {c.get('name')} requests a GPU: it holds the "
+                               "card while the engine containers wait")
         for c in containers:
             res = c.get("resources") or {}
             req, lim = res.get("requests") or {}, res.get("limits") or {}
             gpu_keys = {k for k in {*req, *lim} if k.startswith(GPU_PREFIXES)}
-            if gpu_keys:
+            # Whole cards through the device plugin: a second request is a second card (P18).
+            # A MIG slice or a HAMi virtual GPU (with gpumem) per container is intended.
+            if (gpu_keys & set(WHOLE_GPU_RESOURCES)) and HAMI_MEMORY not in gpu_keys:
                 gpu_containers += 1
             for res_key in sorted(gpu_keys):
                 if str(req.get(res_key)) != str(lim.get(res_key)):
@@ -241,6 +277,11 @@ def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
         if gpu_containers > 1 and len(containers) > 1:
             bad(file, doc, f"{gpu_containers} containers request GPUs: the device plugin "
                            "gives each its own (P18)")
+        if spec.get("schedulerName") == "volcano" and not (
+                (template.get("metadata") or {}).get("annotations") or {}).get(
+                VOLCANO_GROUP_ANNOTATION):
+            bad(file, doc, f"schedulerName volcano without a {VOLCANO_GROUP_ANNOTATION} "
+                           "annotation: Volcano makes a PodGroup per pod, no gang (P15)")
         if gpu_containers and doc.get("kind") == "Deployment":
             strategy = (doc.get("spec") or {}).get("strategy") or {}
             rolling = strategy.get("rollingUpdate") or {}
@@ -254,6 +295,31 @@ def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
 
     pdb_count: dict[str, int] = {}
     workloads = {(str(d.get("kind")), str((d.get("metadata") or {}).get("name"))) for _, d in docs}
+    groups = {str((d.get("metadata") or {}).get("name")): d for _, d in docs
+              if d.get("kind") == "PodGroup"}
+    for file, doc, template in pods:
+        tspec = template.get("spec") or {}
+        for vol in tspec.get("volumes") or []:
+            claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim and ("PersistentVolumeClaim", str(claim)) not in workloads:
+                bad(file, doc, f"volume {vol.get('name')}: PersistentVolumeClaim {claim} "
+                               "is not rendered here")
+        group = ((template.get("metadata") or {}).get("annotations") or {}).get(
+            VOLCANO_GROUP_ANNOTATION)
+        if group is None:
+            continue
+        if group not in groups:
+            bad(file, doc, f"PodGroup {group} named by {VOLCANO_GROUP_ANNOTATION} does not "
+                           "exist")
+            continue
+        pg_spec = groups[group].get("spec") or {}
+        pod_gpus = sum(int(((c.get("resources") or {}).get("requests") or {}).get(
+            "nvidia.com/gpu", 0)) for c in tspec.get("containers") or [])
+        want = int(pg_spec.get("minMember", 0)) * pod_gpus
+        have = int((pg_spec.get("minResources") or {}).get("nvidia.com/gpu", 0))
+        if have != want:
+            bad(file, doc, f"PodGroup {group} minResources nvidia.com/gpu {have} != minMember "
+                           f"x the pod's GPUs ({want})")
     for file, doc in docs:
         kind = str(doc.get("kind"))
         spec = doc.get("spec") or {}

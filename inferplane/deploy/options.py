@@ -12,9 +12,14 @@ from inferplane.errors import InferplaneError
 from inferplane.planner.vllm_versions import parse_version
 
 Autoscaler = Literal["keda", "hpa", "none"]
+WeightsMode = Literal["none", "pvc", "prewarm"]
+GangScheduler = Literal["none", "kueue", "volcano"]
+WEIGHTS_MODES: tuple[WeightsMode, ...] = ("none", "pvc", "prewarm")
+GANG_SCHEDULERS: tuple[GangScheduler, ...] = ("none", "kueue", "volcano")
 
 GIB = 2**30
 MIB = 2**20
+_DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 MIN_K8S_VERSION = (1, 25)  # policy/v1 PDB, autoscaling/v2 HPA
 
 
@@ -27,6 +32,12 @@ class RenderOptions:
     what S0 needed for Qwen3.6-35B-A3B.
     Drain (P27): endpoints drop during `prestop_sleep_s`, vLLM then drains for `drain_s`,
     and the grace period is both plus `grace_margin_s`.
+    Weights (P35): `weights="pvc"` mounts a ReadOnlyMany PVC per model (size = weights x
+    `weights_headroom`, class `weights_storage_class`); `weights="prewarm"` copies them to
+    node-local disk under `prewarm_dir` first, so the engine's budget uses
+    `local_read_mib_s` instead of `disk_read_mib_s`.
+    Gang scheduling (P15): `gang` puts multi-GPU workloads under Kueue (`gang_queue` is the
+    LocalQueue) or Volcano (`gang_queue` is the Volcano Queue of their PodGroups).
     """
 
     namespace: str = "inferplane"
@@ -50,6 +61,13 @@ class RenderOptions:
     fleet_text: str | None = None  # the fleet file as written, shipped to the gateway
     fleet_file_path: str = "/etc/inferplane/fleet.yaml"  # where compose/systemd gateways read it
     extra_labels: dict[str, str] = field(default_factory=dict)
+    weights: WeightsMode = "none"
+    weights_storage_class: str | None = None  # None: the cluster's default class
+    weights_headroom: float = 1.2  # PVC size over the weights: tokenizer, configs, slack
+    prewarm_dir: str = "/var/lib/inferplane/models"
+    local_read_mib_s: float = 2000.0  # node-local NVMe after the pre-warm copy
+    gang: GangScheduler = "none"
+    gang_queue: str = "default"
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.namespace) or len(
@@ -75,6 +93,39 @@ class RenderOptions:
                 value=self.gateway_replicas,
                 fix="use 2 or more",
             )
+        if self.weights not in WEIGHTS_MODES:
+            raise InferplaneError(
+                "unknown weights mode", field="--weights", value=self.weights,
+                fix=f"use one of: {', '.join(WEIGHTS_MODES)}",
+            )
+        if self.gang not in GANG_SCHEDULERS:
+            raise InferplaneError(
+                "unknown gang scheduler", field="--gang", value=self.gang,
+                fix=f"use one of: {', '.join(GANG_SCHEDULERS)}",
+            )
+        for name, value in (("--gang-queue", self.gang_queue),
+                            ("--weights-storage-class", self.weights_storage_class)):
+            if value is not None and (not _DNS1123.fullmatch(value) or len(value) > 63):
+                raise InferplaneError(
+                    "not a valid Kubernetes object name", field=name, value=value,
+                    fix="use lowercase letters, digits, '-' and '.', at most 63 characters",
+                )
+        if self.weights_headroom < 1.0:
+            raise InferplaneError(
+                "the weights volume must be at least as large as the weights",
+                field="weights_headroom", value=self.weights_headroom, fix="use 1.0 or more",
+            )
+        if not self.prewarm_dir.startswith("/") or self.prewarm_dir.rstrip("/") == "":
+            raise InferplaneError(
+                "the pre-warm directory must be an absolute path below /",
+                field="prewarm_dir", value=self.prewarm_dir,
+                fix="use a directory on local SSD, e.g. /var/lib/inferplane/models",
+            )
+        if self.local_read_mib_s <= 0:
+            raise InferplaneError(
+                "disk bandwidth must be positive", field="local_read_mib_s",
+                value=self.local_read_mib_s, fix="give the local disk's read speed, e.g. 2000",
+            )
         if self.disk_read_mib_s <= 0:
             raise InferplaneError(
                 "disk bandwidth must be positive",
@@ -85,12 +136,26 @@ class RenderOptions:
 
     # --- derived numbers ----------------------------------------------------------------
 
-    def startup_budget_s(self, weights_bytes: int) -> int:
-        """Seconds a replica may take to load before the startup probe gives up (P24)."""
-        load_s = weights_bytes / (self.disk_read_mib_s * MIB)
+    def startup_budget_s(self, weights_bytes: int, *, local: bool = False) -> int:
+        """Seconds a replica may take to load before the startup probe gives up (P24).
+
+        `local`: the weights were pre-warmed to node-local disk (P35) before the container
+        started, so they load at `local_read_mib_s`."""
+        speed = self.local_read_mib_s if local else self.disk_read_mib_s
+        load_s = weights_bytes / (speed * MIB)
         budget = (self.startup_overhead_s + load_s) * self.startup_safety
         period = self.probe_period_s
         return max(self.startup_min_s, math.ceil(budget / period) * period)
+
+    def copy_budget_s(self, weights_bytes: int) -> int:
+        """Seconds the pre-warm copy from the model store may take (P35): the slow read at
+        `disk_read_mib_s`, times `startup_safety`, at least `startup_min_s`."""
+        copy_s = weights_bytes / (self.disk_read_mib_s * MIB) * self.startup_safety
+        return max(self.startup_min_s, math.ceil(copy_s / 60) * 60)
+
+    def weights_volume_gib(self, weights_bytes: int) -> int:
+        """Size of a model's ReadOnlyMany weights PVC (P35), whole GiB."""
+        return max(1, math.ceil(weights_bytes * self.weights_headroom / GIB))
 
     def grace_s(self) -> int:
         """terminationGracePeriodSeconds: longer than preStop sleep plus the drain (P27)."""

@@ -14,8 +14,10 @@ from inferplane.spec.problems import Issue, issues_error
 from inferplane.spec.types import Labels, PositiveInt
 
 Interconnect = Literal["nvlink", "pcie", "auto"]
+GpuSharing = Literal["none", "mig", "hami"]
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb$")  # e.g. 1g.10gb, 3g.40gb (nvidia.com/mig-<profile>)
 
 
 class NodeSpec(SpecModel):
@@ -26,6 +28,11 @@ class NodeSpec(SpecModel):
     count: PositiveInt
     interconnect: Interconnect = "auto"  # auto: read the topology at run time (P13)
     labels: Labels = Field(default_factory=dict)  # Kubernetes node labels (P14)
+    # How Kubernetes shares this node's GPUs (S0, P18): whole cards through the device
+    # plugin, MIG slices of one profile (mixed strategy, `nvidia.com/mig-<profile>`), or
+    # HAMi virtual GPUs (`nvidia.com/gpumem`, `nvidia.com/gpucores`).
+    sharing: GpuSharing = "none"
+    mig_profile: StrictStr | None = None  # required with sharing: mig, e.g. 3g.40gb
 
     @field_validator("name")
     @classmethod
@@ -42,6 +49,34 @@ class NodeSpec(SpecModel):
     @classmethod
     def _gpu_type(cls, value: str) -> str:
         return canonical_gpu_type(value)
+
+    @field_validator("mig_profile")
+    @classmethod
+    def _mig_profile(cls, value: str | None) -> str | None:
+        if value is not None and not MIG_PROFILE.match(value):
+            raise PydanticCustomError(
+                "mig_profile",
+                "MIG profile must look like <slices>g.<memory>gb",
+                {"fix": "use the profile name nvidia-smi mig -lgip shows, e.g. 3g.40gb"},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _sharing(self) -> NodeSpec:
+        if self.sharing == "mig" and self.mig_profile is None:
+            raise issues_error([Issue(("mig_profile",), "sharing: mig needs a mig_profile",
+                                      None, "add e.g. mig_profile: 3g.40gb")])
+        if self.sharing != "mig" and self.mig_profile is not None:
+            raise issues_error([Issue(("mig_profile",), "mig_profile is only used with "
+                                      "sharing: mig", self.mig_profile,
+                                      "set sharing: mig, or remove mig_profile")])
+        return self
+
+    @property
+    def mig_memory_gib(self) -> float | None:
+        """Memory of one MIG slice in GiB, from the profile name (`3g.40gb` -> 40 GB)."""
+        match = MIG_PROFILE.match(self.mig_profile or "")
+        return int(match.group(2)) * 10**9 / 2**30 if match else None
 
 
 class GpuInventory(SpecModel):

@@ -1,8 +1,9 @@
 """Kubernetes manifests from a Plan: a kustomize-ready directory of YAML files.
 
 Layout (one file per object kind per workload or model):
-  engines/<workload>/deployment.yaml, pdb.yaml
+  engines/<workload>/deployment.yaml, pdb.yaml [, podgroup.yaml with --gang volcano]
   models/<model>/service.yaml, podmonitor.yaml, scaledobject.yaml | hpa.yaml
+                [, pvc.yaml with --weights pvc | prewarm.yaml with --weights prewarm]
   gateway/configmap.yaml, deployment.yaml, service.yaml, pdb.yaml, podmonitor.yaml,
           ingress.yaml
   monitoring/prometheusrule.yaml, dashboard.yaml
@@ -14,7 +15,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from inferplane.deploy.k8s import autoscaling, gateway, monitoring, pdb, services, workloads
+from inferplane.deploy.k8s import (
+    autoscaling,
+    gang,
+    gateway,
+    monitoring,
+    pdb,
+    services,
+    weights,
+    workloads,
+)
 from inferplane.deploy.k8s.context import K8sContext
 from inferplane.deploy.names import object_name
 from inferplane.deploy.options import RenderOptions
@@ -30,12 +40,22 @@ def render_k8s(fleet: FleetSpec, plan: Plan, options: RenderOptions, fleet_text:
     files: Files = {}
     for workload in ctx.workloads:
         base = f"engines/{workload.name}"
-        files[f"{base}/deployment.yaml"] = [workloads.deployment(ctx, workload)]
+        dep = workloads.deployment(ctx, workload)
+        files[f"{base}/deployment.yaml"] = [dep]
         files[f"{base}/pdb.yaml"] = [pdb.pdb(ctx, workload)]
+        if gang.scheduler_name(ctx, workload) == gang.VOLCANO_SCHEDULER:
+            files[f"{base}/podgroup.yaml"] = [
+                gang.pod_group(ctx, workload, dep["spec"]["template"]["spec"])]
+    pvc_models = weights.pvc_models(ctx)
+    prewarmed = weights.prewarmed_models(ctx)
     for model in ctx.models:
         base = f"models/{object_name(model)}"
         files[f"{base}/service.yaml"] = [services.service(ctx, model)]
         files[f"{base}/podmonitor.yaml"] = [monitoring.pod_monitor(ctx, model)]
+        if model in pvc_models:
+            files[f"{base}/pvc.yaml"] = [weights.pvc(ctx, model)]
+        if model in prewarmed:
+            files[f"{base}/prewarm.yaml"] = [weights.prewarm_daemonset(ctx, model)]
     if options.autoscaler != "none":
         scaled = autoscaling.scaled_workloads(ctx)
         for workload, bounds in scaled:

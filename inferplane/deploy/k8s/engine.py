@@ -5,7 +5,9 @@ only the first container requests `nvidia.com/gpu`; it writes the UUIDs of the G
 device plugin gave it to an emptyDir. The others request no GPU, see every card through
 `NVIDIA_VISIBLE_DEVICES=all`, wait for that file and for the containers they start after,
 map each UUID to its NVML index and exec vLLM with that `CUDA_VISIBLE_DEVICES` (integer
-indices: vLLM rejects UUIDs, P20).
+indices: vLLM rejects UUIDs, P20). On nodes whose GPUs are MIG-partitioned or shared
+through HAMi (the fleet file's `gpus.nodes[].sharing`), each container requests its own
+slice instead and no hand-off is needed (see `sharing`).
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from inferplane.deploy.k8s import gang, sharing, weights
 from inferplane.deploy.k8s.context import K8sContext, Workload
-from inferplane.deploy.names import object_name, port_name
+from inferplane.deploy.k8s.weights import HF_CACHE_HOST, HF_CACHE_MOUNT
+from inferplane.deploy.names import port_name
 from inferplane.deploy.options import supports_shutdown_timeout
 from inferplane.planner.plan import PlanInstance
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HANDOFF_DIR = "/run/inferplane/gpu"
 HANDOFF_FILE = f"{HANDOFF_DIR}/uuids"
-HF_CACHE_HOST = "/var/lib/inferplane/hf-cache"
-HF_CACHE_MOUNT = "/root/.cache/huggingface"
 HANDOFF_WAIT_S = 600
 
 
@@ -94,6 +96,12 @@ def _probe(path: str, port: str, period: int, failures: int, timeout: int) -> di
     }
 
 
+def startup_budget_s(ctx: K8sContext, inst: PlanInstance) -> int:
+    """P24; pre-warmed weights (P35) are read from local disk."""
+    local = ctx.options.weights == "prewarm" and inst.model in weights.prewarmed_models(ctx)
+    return ctx.options.startup_budget_s(inst.weights_bytes, local=local)
+
+
 def engine_container(
     ctx: K8sContext,
     workload: Workload,
@@ -101,12 +109,14 @@ def engine_container(
 ) -> dict[str, Any]:
     inst = workload.members[position]
     opts = ctx.options
-    role = "solo" if not workload.colocated else "primary" if position == 0 else "secondary"
+    gpu_slices = sharing.slices(ctx, workload)
+    handoff = workload.colocated and gpu_slices is None
+    role = "solo" if not handoff else "primary" if position == 0 else "secondary"
     earlier = workload.members[:position]
     wait_ports = [m.port for m in earlier if m.id in inst.start_after]
     # The startup budget covers waiting for the containers this one starts after (S0 P24).
-    budget = opts.startup_budget_s(inst.weights_bytes) + sum(
-        opts.startup_budget_s(m.weights_bytes) for m in earlier if m.id in inst.start_after
+    budget = startup_budget_s(ctx, inst) + sum(
+        startup_budget_s(ctx, m) for m in earlier if m.id in inst.start_after
     )
     if role == "secondary":
         budget += HANDOFF_WAIT_S if not wait_ports else 0
@@ -125,24 +135,30 @@ def engine_container(
         "memory": f"{16 + shm_gib(inst.tensor_parallel_size)}Gi",
     }
     limits: dict[str, str] = {}
-    if role in ("solo", "primary"):
+    argv = engine_argv(ctx, inst)
+    if gpu_slices is not None:
+        piece = gpu_slices[position]
+        requests.update(piece.resources)
+        limits.update(piece.resources)  # requests = limits
+        argv = sharing.with_utilization(argv, piece.gpu_memory_utilization)
+    elif role in ("solo", "primary"):
         requests[GPU_RESOURCE] = str(inst.tensor_parallel_size)
         limits[GPU_RESOURCE] = str(inst.tensor_parallel_size)  # requests = limits
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if role != "solo":
         mounts.append({"name": "gpu-handoff", "mountPath": HANDOFF_DIR})
-    if model is not None and model.source:
-        if model.source.startswith("/"):
-            mounts.append({"name": _weights_volume(model.name), "mountPath": model.source,
-                           "readOnly": True})
-        else:
-            mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_MOUNT})
+    weights_mount = weights.engine_mount(ctx, inst.model)
+    if weights_mount is not None:
+        mounts.append(weights_mount.mount)
+        env.update(weights_mount.env)
+    elif weights.uses_hf_cache(ctx, inst.model):
+        mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_MOUNT})
     container: dict[str, Any] = {
         "name": pname,
         "image": ctx.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", launcher_script(ctx, inst, role, wait_ports), "launch"],
-        "args": engine_argv(ctx, inst),
+        "args": argv,
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "ports": [{"name": pname, "containerPort": inst.port, "protocol": "TCP"}],
         "resources": {"requests": requests, **({"limits": limits} if limits else {})},
@@ -157,41 +173,41 @@ def engine_container(
     return container
 
 
-def _weights_volume(model: str) -> str:
-    return object_name(f"weights-{model}", max_chars=63)
-
-
 def pod_spec(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
     inst = workload.members[0]
     tp = max(m.tensor_parallel_size for m in workload.members)
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(tp)}Gi"}}
     ]
-    if workload.colocated:
+    if workload.colocated and sharing.slices(ctx, workload) is None:
         volumes.append({"name": "gpu-handoff", "emptyDir": {"medium": "Memory",
                                                              "sizeLimit": "1Mi"}})
     hf = False
     for member in workload.members:
-        model = ctx.fleet.model(member.model)
-        if model is None or not model.source:
-            continue
-        if model.source.startswith("/"):
-            volumes.append({
-                "name": _weights_volume(model.name),
-                "hostPath": {"path": model.source, "type": "Directory"},
-            })
-        elif not hf:
+        weights_mount = weights.engine_mount(ctx, member.model)
+        if weights_mount is not None:
+            volumes.append(weights_mount.volume)
+        elif weights.uses_hf_cache(ctx, member.model) and not hf:
             hf = True
             volumes.append({"name": "hf-cache",
                             "hostPath": {"path": HF_CACHE_HOST, "type": "DirectoryOrCreate"}})
-    return {
+    prewarmed = [m for m in workload.models if m in weights.prewarmed_models(ctx)]
+    spec: dict[str, Any] = {
         "containers": [engine_container(ctx, workload, i) for i in range(len(workload.members))],
         "enableServiceLinks": False,  # a Service named `vllm` would inject VLLM_PORT
         "nodeSelector": ctx.node_selector(inst.gpu_type),
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": ctx.options.grace_s(),
-        "volumes": sorted(volumes, key=lambda v: str(v["name"])),
     }
+    if prewarmed:
+        spec["initContainers"] = [weights.wait_init_container(ctx, prewarmed)]
+        volumes.append(weights.prewarm_root_volume(ctx))
+    scheduler = gang.scheduler_name(ctx, workload)
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    spec["volumes"] = sorted(volumes, key=lambda v: str(v["name"]))
+    return spec
 
 
-__all__ = ["engine_argv", "engine_container", "launcher_script", "pod_spec", "shm_gib"]
+__all__ = ["engine_argv", "engine_container", "launcher_script", "pod_spec", "shm_gib",
+           "startup_budget_s"]

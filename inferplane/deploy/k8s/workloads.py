@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferplane.deploy.k8s import gang, weights
 from inferplane.deploy.k8s.context import K8sContext, Workload
-from inferplane.deploy.k8s.engine import pod_spec
+from inferplane.deploy.k8s.engine import pod_spec, startup_budget_s
 from inferplane.deploy.names import port_name
 
 
@@ -19,6 +20,10 @@ def autoscaled(ctx: K8sContext, workload: Workload) -> bool:
 
 
 def deployment(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
+    # A pre-warmed pod waits for the node's copy first (P35), then loads (P24).
+    prewarmed = weights.prewarmed_models(ctx)
+    copy_s = sum(ctx.options.copy_budget_s(weights.weights_bytes(ctx, m))
+                 for m in workload.models if m in prewarmed)
     spec: dict[str, Any] = {
         "selector": {"matchLabels": ctx.selector(workload)},
         # The new pod needs the GPU the old one holds: stop one, then start one (P26).
@@ -26,7 +31,7 @@ def deployment(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
                      "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
         "revisionHistoryLimit": 5,
         "progressDeadlineSeconds": max(
-            600, 2 * max(ctx.options.startup_budget_s(m.weights_bytes) for m in workload.members)
+            600, 2 * (copy_s + max(startup_budget_s(ctx, m) for m in workload.members))
         ),
         "template": {
             "metadata": {
@@ -34,6 +39,7 @@ def deployment(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
                 "annotations": {
                     "inferplane.io/instances": ",".join(m.id for m in workload.members),
                     "kubectl.kubernetes.io/default-container": default_container(workload),
+                    **gang.pod_annotations(ctx, workload),
                 },
             },
             "spec": pod_spec(ctx, workload),
@@ -44,7 +50,8 @@ def deployment(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": ctx.metadata(workload.name, "engine"),
+        "metadata": ctx.metadata(workload.name, "engine",
+                                 **gang.deployment_labels(ctx, workload)),
         "spec": spec,
     }
 
