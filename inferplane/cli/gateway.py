@@ -37,6 +37,9 @@ def gateway(
         [], "--backend", help="MODEL=URL of an engine started elsewhere; repeatable."
     ),
     access_log: bool = typer.Option(True, help="One JSON line per request on stderr."),
+    access_log_path: Path | None = typer.Option(
+        None, "--access-log-path", help="Append the access log to this file, not stderr."
+    ),
     db: str | None = typer.Option(
         None, "--db", help="Keys/usage/routes database (default: fleet's, else .inferplane/)."
     ),
@@ -71,6 +74,8 @@ def gateway(
         models.append(replace(route, endpoints=(*route.endpoints, *urls)) if urls else route)
     models.extend(ModelRoute(name, endpoints=tuple(urls)) for name, urls in extra.items())
     config = replace(config, models=tuple(models), access_log=access_log)
+    if access_log_path is not None:
+        config = replace(config, access_log_path=str(access_log_path))
     typer.echo(
         f"inferplane gateway on http://{host or config.host}:{port or config.port} "
         f"({len(config.models)} models)",
@@ -81,26 +86,6 @@ def gateway(
 
 def _tenancy(spec: FleetSpec | None, db: str | None) -> Tenancy:
     """Keys, limits, usage ledger and DB routes for the gateway (docs/tenancy.md)."""
-    import os
+    from inferplane.tenancy.wiring import build_tenancy
 
-    from inferplane.store import Store, database_url
-    from inferplane.tenancy.limits import Limits, MemoryLimiter, RedisLimiter
-    from inferplane.tenancy.service import Tenancy
-
-    gw = spec.gateway if spec is not None else None
-    per_key = spec.limits.per_key if spec is not None else None
-    redis_url = os.environ.get("INFERPLANE_REDIS_URL") or (gw.redis_url if gw else None)
-    return Tenancy(
-        Store(database_url(db, gw.database_url if gw else None)),
-        RedisLimiter(redis_url) if redis_url else MemoryLimiter(),
-        auth=gw.auth if gw else "auto",
-        default_limits=Limits(per_key.rpm, per_key.tpm, per_key.max_concurrent)
-        if per_key is not None
-        else None,
-        admin_token=os.environ.get(gw.admin_token_env if gw else "INFERPLANE_ADMIN_TOKEN"),
-        seed=[
-            (r.model, tuple((b.target, float(b.weight)) for b in r.backends))
-            for r in (spec.routes if spec is not None else [])
-        ],
-        announce=True,
-    )
+    return build_tenancy(spec, db)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -28,11 +29,37 @@ def status(
             "no fleet state here", field="--state-dir", value=str(state.path),
             fix="start a fleet with `inferplane up FLEET.yaml`, or pass its --state-dir",
         )
-    if state.running_pid() is None and data.get("phase") != "stopped":
+    running = state.running_pid() is not None
+    if not running and data.get("phase") != "stopped":
         data["phase"] = "stopped"  # the owner died without writing its final state
         for inst in data.get("instances", []):
             inst["state"] = "stopped"
+    add_live_figures(data, running)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
         print_status(data)
+
+
+def add_live_figures(data: dict[str, Any], running: bool) -> None:
+    """Add `uptime_s` (fleet and instance) and each instance's `waiting`, `running`,
+    `kv_cache_usage` read from its engine's /metrics now (None when unavailable)."""
+    import asyncio
+    import time
+
+    from inferplane.runtime.engine_stats import EngineStats, read_engine_stats
+
+    now = time.time()
+    started = data.get("started_at")
+    data["uptime_s"] = now - started if running and started else None
+    instances = data.get("instances", [])
+    live = [i for i in instances if running and i.get("state") in ("ready", "unhealthy")]
+    stats = asyncio.run(read_engine_stats(i["url"] for i in live)) if live else {}
+    for inst in instances:
+        got = stats.get(inst.get("url", ""), EngineStats()) if inst in live else EngineStats()
+        since = inst.get("ready_since")
+        ready = running and inst.get("state") == "ready" and since
+        inst["uptime_s"] = now - since if ready else None
+        inst["waiting"] = got.waiting
+        inst["running"] = got.running
+        inst["kv_cache_usage"] = got.kv_cache_usage

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +23,56 @@ console = Console()
 def print_status(status: dict[str, Any]) -> None:
     """The instance table plus the gateway URL (shared by `up` and `status`)."""
     table = Table(title=f"fleet ({status.get('phase', '?')})", title_justify="left")
-    for column in ("instance", "model", "state", "pid", "port", "gpus", "restarts"):
+    columns = ("instance", "model", "state", "pid", "port", "gpus", "restarts", "uptime",
+               "waiting", "running", "kv cache")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for inst in status.get("instances", []):
         gpus = ",".join(str(g) for g in inst.get("gpus") or []) or "-"
+        uptime = inst.get("uptime_s")
+        if uptime is None and inst.get("ready_since") and inst["state"] == "ready":
+            uptime = time.time() - inst["ready_since"]
+        kv = inst.get("kv_cache_usage")
         table.add_row(
             inst["name"], inst["model"], inst["state"], str(inst["pid"] or "-"),
-            str(inst["port"]), gpus, str(inst["restarts"]),
+            str(inst["port"]), gpus, str(inst["restarts"]), _duration(uptime),
+            _count(inst.get("waiting")), _count(inst.get("running")),
+            "-" if kv is None else f"{kv:.0%}",
         )
     for ep in status.get("endpoint_models", []):
         table.add_row(
-            "(endpoint)", ep["model"], "external", "-", ", ".join(ep["endpoints"]), "-", "-"
+            "(endpoint)", ep["model"], "external", "-", ", ".join(ep["endpoints"]), "-", "-",
+            "-", "-", "-", "-",
         )
     console.print(table)
     console.print(f"gateway: {status['gateway']['url']}/v1", highlight=False)
+    tenancy = status.get("tenancy")
+    if tenancy:
+        auth = "ON" if tenancy.get("auth_required") else "OFF"
+        console.print(
+            f"auth: {auth} (gateway.auth: {tenancy.get('auth')}); keys and usage: "
+            f"{tenancy.get('database')}", highlight=False,
+        )
+    elif "tenancy" in status:
+        console.print("tenancy: off (no API keys, limits or usage ledger)", highlight=False)
     failed = [i for i in status.get("instances", []) if i["state"] == "failed"]
     for inst in failed:
         console.print(f"[red]{inst['name']} failed:[/] {inst['last_error']}", highlight=False)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 @app.command()
@@ -66,6 +100,14 @@ def up(
     ),
     disk_bandwidth_mib_s: float = typer.Option(
         100.0, help="Read bandwidth of the weights' disk: sizes startup deadlines (P24, P35)."
+    ),
+    db: str | None = typer.Option(
+        None, "--db",
+        help="Keys/usage/routes database (default: $INFERPLANE_DATABASE_URL, the fleet's "
+        "gateway.database_url, else STATE_DIR/inferplane.db).",
+    ),
+    tenancy: bool = typer.Option(
+        True, help="API keys, limits, usage ledger and DB routes in the gateway."
     ),
 ) -> None:
     """Start every engine instance of FLEET and the gateway; Ctrl-C drains and stops."""
@@ -104,6 +146,10 @@ def up(
         if vllm_binary is not None:
             argv += ["--vllm-binary", vllm_binary]
         argv += ["--disk-bandwidth-mib-s", str(disk_bandwidth_mib_s)]
+        if db is not None:
+            argv += ["--db", db]
+        if not tenancy:
+            argv.append("--no-tenancy")
         pid = control.spawn_detached(argv, state)
         status = control.wait_detached_ready(state, pid, ready_timeout_s)
         print_status(status)
@@ -116,7 +162,7 @@ def up(
     options = RuntimeOptions(
         state_dir=state.path, grace_period_s=grace_period_s, gateway_port=gateway_port,
         fleet_path=str(fleet.resolve()), plan=given_plan, node=node, vllm_binary=vllm_binary,
-        disk_bandwidth_mib_s=disk_bandwidth_mib_s,
+        disk_bandwidth_mib_s=disk_bandwidth_mib_s, tenancy=tenancy, database_url=db,
     )
 
     def on_ready(status: dict[str, Any]) -> None:

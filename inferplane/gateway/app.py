@@ -156,6 +156,9 @@ class GatewayApp:
         self._models_body = self._render_models()
         self._started = False
         if tenancy is not None:
+            from inferplane.tenancy.ledger import Usage
+
+            self._usage = Usage  # imported once here, not per request
             tenancy.register_metrics(self.metrics.registry)
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -723,23 +726,24 @@ class GatewayApp:
         """Hand the finished request to tenancy: frees its limits, writes its usage row."""
         if adm is None or self.tenancy is None:
             return
-        from inferplane.tenancy.ledger import Usage
-
+        backend = rec.backend
+        # Positional: ts, request_id, key_id, model, replica, prompt_tokens,
+        # completion_tokens, status, stream, duration_s, ttft_s, queue_wait_s.
         self.tenancy.record(
             adm,
-            Usage(
-                ts=time.time(),
-                request_id=rid.decode("latin-1"),
-                key_id=adm.key_id,
-                model=model,
-                replica=rec.backend.url if rec.backend is not None else "-",
-                prompt_tokens=rec.prompt_tokens,
-                completion_tokens=rec.completion_tokens,
-                status=status,
-                stream=data.get("stream") is True,
-                duration_s=total,
-                ttft_s=rec.ttft,
-                queue_wait_s=rec.queue_wait,
+            self._usage(
+                time.time(),
+                rid.decode("latin-1"),
+                adm.key_id,
+                model,
+                backend.url if backend is not None else "-",
+                rec.prompt_tokens,
+                rec.completion_tokens,
+                status,
+                data.get("stream") is True,
+                total,
+                rec.ttft,
+                rec.queue_wait,
             ),
         )
 

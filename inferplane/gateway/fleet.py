@@ -5,6 +5,7 @@ from __future__ import annotations
 from inferplane.gateway.config import (
     Admission,
     GatewayConfig,
+    LongPromptLane,
     ModelRoute,
     Timeouts,
     WeightedRoute,
@@ -34,6 +35,7 @@ def _timeouts(model: ModelSpec, defaults: GatewayTimeouts) -> Timeouts:
 
 def model_route(model: ModelSpec, defaults: GatewayTimeouts) -> ModelRoute:
     cap = model.max_tokens_cap
+    lane = model.routing.long_prompt
     return ModelRoute(
         name=model.name,
         endpoints=tuple(model.endpoints or ()),
@@ -44,7 +46,12 @@ def model_route(model: ModelSpec, defaults: GatewayTimeouts) -> ModelRoute:
         max_concurrency_per_replica=model.max_num_seqs or 256,
         max_tokens_cap=cap.limit if cap is not None else None,
         max_tokens_mode=cap.action if cap is not None else "clamp",
+        long_prompt_lane=LongPromptLane(lane.threshold_tokens, lane.model)
+        if lane is not None
+        else None,
         timeouts=_timeouts(model, defaults),
+        retries=model.routing.retries,
+        eject_after_failures=model.routing.eject_after_failures,
         admission=Admission(
             max_queue_depth=model.routing.max_queue_depth,
             max_queue_wait_s=model.routing.max_queue_wait_s,
@@ -67,4 +74,6 @@ def gateway_config_from_fleet(fleet: FleetSpec) -> GatewayConfig:
         host=gw.host,
         port=gw.port,
         max_body_bytes=int(gw.max_body_mib * 2**20),
+        access_log_path=gw.access_log_path,
+        priority_header=gw.priority_header,
     )

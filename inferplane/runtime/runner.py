@@ -34,6 +34,7 @@ from inferplane.gateway import Backend, GatewayApp, build_app
 from inferplane.gateway.fleet import gateway_config_from_fleet
 from inferplane.gpus.nvml import NvmlApi
 from inferplane.planner.plan import Plan
+from inferplane.runtime.channel import ControlServer
 from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S, DrainGate
 from inferplane.runtime.instances import Instance, plan_sim_instances
 from inferplane.runtime.process import raise_nofile_limit
@@ -54,6 +55,7 @@ from inferplane.runtime.vllm_fleet import (
     preflight_host,
 )
 from inferplane.spec import FleetSpec
+from inferplane.tenancy.service import Tenancy
 
 Phase = Literal["starting", "running", "draining", "stopped"]
 
@@ -74,6 +76,11 @@ class RuntimeOptions:
     nvml: NvmlApi | None = None  # default: the real NVML; tests pass a FakeNvml
     vllm_binary: str | None = None  # replaces `vllm` (default: $INFERPLANE_VLLM_BINARY)
     disk_bandwidth_mib_s: float = DEFAULT_DISK_BANDWIDTH_MIB_S  # startup deadlines (P24)
+    # API keys, limits, usage ledger, DB routes (docs/tenancy.md), as `inferplane gateway`
+    tenancy: bool = True
+    database_url: str | None = None  # --db; default: $INFERPLANE_DATABASE_URL, the fleet's
+    # gateway.database_url, else sqlite in the state directory (STATE/inferplane.db)
+    control: bool = True  # the control channel `inferplane restart` talks to
 
 
 class _GatewayServer(uvicorn.Server):
@@ -131,7 +138,15 @@ class Runtime:
             access_log=options.access_log,
             access_log_path=log_path if options.access_log else None,
         )
-        self.gateway: GatewayApp = build_app(config)
+        self.tenancy: Tenancy | None = None
+        if options.tenancy:
+            from inferplane.tenancy.wiring import build_tenancy, state_dir_database_url
+
+            self.tenancy = build_tenancy(
+                fleet, options.database_url,
+                default_db=state_dir_database_url(options.state_dir),
+            )
+        self.gateway: GatewayApp = build_app(config, self.tenancy)
         self.gate = DrainGate(self.gateway)
         self.backends: dict[str, list[Backend]] = {}
         self._by_instance: dict[str, Backend] = {}
@@ -148,6 +163,7 @@ class Runtime:
         self._started_at = time.time()
         self._stop_requested = asyncio.Event()
         self._forced = False
+        self.control: ControlServer | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -185,8 +201,13 @@ class Runtime:
                     raise InferplaneError("the gateway stopped while starting")
                 await asyncio.sleep(0.01)
             self.supervisor.start()
+            if self.options.control:
+                self.control = ControlServer(self)
+                await self.control.start()
             self._write_state()
         except BaseException:
+            if self.control is not None:
+                await self.control.stop()
             self.state_dir.release()
             raise
 
@@ -228,6 +249,8 @@ class Runtime:
         stop cuts it short), then stop the engines and the gateway. True if all finished."""
         self.phase = "draining"
         self.gate.close()
+        if self.control is not None:
+            await self.control.stop()
         self._write_state()
         idle = asyncio.ensure_future(self.gate.wait_idle(self.options.grace_period_s))
         forced = asyncio.ensure_future(self._wait_forced())
@@ -240,6 +263,12 @@ class Runtime:
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError):
                 await self._server_task
+        if self.tenancy is not None:
+            if self._server is not None and self._server.force_exit:
+                # uvicorn skips the lifespan shutdown when forced: write the ledger anyway.
+                await self.tenancy.stop()
+            if self.tenancy.store is not None:
+                await self.tenancy.store.close()
         self.phase = "stopped"
         self._write_state()
         self.state_dir.release()
@@ -275,6 +304,20 @@ class Runtime:
             ],
             "instances": [r.to_json() for r in self.supervisor.records.values()],
             "log_dir": str(self.state_dir.log_dir.resolve()),
+            "tenancy": self._tenancy_status(),
+        }
+
+    def _tenancy_status(self) -> dict[str, Any] | None:
+        t = self.tenancy
+        if t is None:
+            return None
+        from sqlalchemy.engine import make_url
+
+        return {
+            "database": make_url(t.store.url).render_as_string(hide_password=True)
+            if t.store is not None else None,
+            "auth": t.auth_mode,
+            "auth_required": t.auth_required,
         }
 
     def _write_state(self) -> None:

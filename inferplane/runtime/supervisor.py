@@ -181,6 +181,7 @@ class Supervisor:
             self._kick[name].set()
             return
         rec.restart_times.clear()
+        self._set(rec, "starting")  # a `failed` instance starts over
         self._tasks[name] = asyncio.get_running_loop().create_task(self._run(rec))
 
     async def stop(self) -> None:

@@ -31,3 +31,6 @@ class GatewaySpec(SpecModel):
     database_url: StrictStr | None = None  # default: sqlite in the state directory
     redis_url: StrictStr | None = None  # share limits across gateway replicas
     admin_token_env: StrictStr = "INFERPLANE_ADMIN_TOKEN"  # env var holding the admin token
+    # A request with this header set to "batch" queues behind interactive traffic.
+    priority_header: StrictStr = Field(default="X-Priority", min_length=1)
+    access_log_path: StrictStr | None = Field(default=None, min_length=1)  # None: stderr

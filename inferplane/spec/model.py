@@ -88,6 +88,13 @@ class PlacementSpec(SpecModel):
         return self
 
 
+class LongPromptSpec(SpecModel):
+    """Prompts estimated above `threshold_tokens` go to `model`'s replicas instead (P39)."""
+
+    threshold_tokens: PositiveInt
+    model: StrictStr = Field(min_length=1)  # a model name from `models:`
+
+
 class RoutingSpec(SpecModel):
     """How the gateway picks one of this model's replicas."""
 
@@ -95,6 +102,9 @@ class RoutingSpec(SpecModel):
     session_header: StrictStr = Field(default="X-Session-ID", min_length=1)  # session_affinity
     max_queue_depth: int = Field(default=512, strict=True, ge=0)  # gateway queue; full -> 429
     max_queue_wait_s: PositiveFloat = 30.0  # longest wait in the gateway queue; then 503
+    long_prompt: LongPromptSpec | None = None  # a separate lane for long prompts (P39)
+    retries: int = Field(default=2, strict=True, ge=0)  # other replicas, before the first byte
+    eject_after_failures: PositiveInt = 3  # consecutive failures; readmitted when healthy
 
 
 class MaxTokensCap(SpecModel):

@@ -47,7 +47,7 @@ class Limits:
         return not (self.rpm or self.tpm or self.max_concurrent or self.budget_tokens)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on every admitted request, frozen init is slower
 class Outcome:
     """What a backend decided: `code` is OK or the first limit that refused."""
 
@@ -127,6 +127,12 @@ class MemoryLimiter:
     async def acquire(
         self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
     ) -> Outcome:
+        return self.acquire_now(key_id, lease, limits, est_tokens, now)
+
+    def acquire_now(
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+    ) -> Outcome:
+        """`acquire` without a coroutine (the gateway's admission step calls this)."""
         st = self._keys.get(key_id)
         if st is None:
             st = self._keys[key_id] = _KeyState()

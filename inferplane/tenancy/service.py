@@ -53,6 +53,7 @@ from inferplane.tenancy.routes import RouteTable, Targets, load_routes, seed_rou
 log = logging.getLogger("inferplane.tenancy")
 
 AuthMode = Literal["auto", "on", "off"]
+AUTH_CACHE_SIZE = 4096  # distinct valid Authorization headers remembered between refreshes
 
 
 def _duration(seconds: float) -> bytes:
@@ -153,6 +154,7 @@ class Tenancy:
         self.limiter: Limiter = limiter or MemoryLimiter()
         self.auth_mode = auth
         self.default_limits = default_limits or Limits()
+        self._no_defaults = self.default_limits.unlimited
         self.refresh_s = refresh_s
         self.admin_token = admin_token
         self.clock = clock
@@ -169,6 +171,10 @@ class Tenancy:
         self.rejected: dict[str, int] = {}
         self.limiter_errors = 0
         self._memory = isinstance(self.limiter, MemoryLimiter)
+        # Authorization header -> policy, for the current `keys` dict only (a refresh that
+        # replaces it, e.g. after a revocation, empties the cache). Hits only, bounded.
+        self._auth_cache: dict[bytes, KeyPolicy] = {}
+        self._auth_cache_for: dict[str, KeyPolicy] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -286,10 +292,22 @@ class Tenancy:
     def authenticate(self, authorization: bytes | None) -> KeyPolicy | None:
         if not authorization:
             return None
+        keys = self.keys
+        if self._auth_cache_for is not keys:
+            self._auth_cache.clear()
+            self._auth_cache_for = keys
+        policy = self._auth_cache.get(authorization)
+        if policy is not None:
+            return policy
         scheme, _, token = authorization.partition(b" ")
         if scheme.lower() != b"bearer" or not token:
             return None
-        return self.keys.get(hashlib.sha256(token.strip()).hexdigest())
+        policy = keys.get(hashlib.sha256(token.strip()).hexdigest())
+        if policy is not None:
+            if len(self._auth_cache) >= AUTH_CACHE_SIZE:
+                self._auth_cache.clear()
+            self._auth_cache[authorization] = policy
+        return policy
 
     async def admit(
         self, authorization: bytes | None, model: str, est_tokens: int
@@ -326,7 +344,12 @@ class Tenancy:
         self._lease_seq += 1
         lease = self._lease_prefix + str(self._lease_seq)
         try:
-            out = await self.limiter.acquire(policy.id, lease, limits, est_tokens, now)
+            if self._memory:  # no I/O: skip the coroutine
+                limiter = self.limiter
+                assert isinstance(limiter, MemoryLimiter)
+                out = limiter.acquire_now(policy.id, lease, limits, est_tokens, now)
+            else:
+                out = await self.limiter.acquire(policy.id, lease, limits, est_tokens, now)
         except Exception as exc:  # a limiter outage must not take the gateway down
             self.limiter_errors += 1
             log.warning("limiter unavailable, admitting without limits: %s", exc)
@@ -340,9 +363,9 @@ class Tenancy:
         return adm
 
     def _effective(self, own: Limits) -> Limits:
-        d = self.default_limits
-        if d.unlimited:
+        if self._no_defaults:
             return own
+        d = self.default_limits
         return Limits(
             own.rpm or d.rpm,
             own.tpm or d.tpm,
@@ -353,20 +376,24 @@ class Tenancy:
 
     @staticmethod
     def _headers(limits: Limits, out: Outcome) -> list[tuple[bytes, bytes]]:
-        h: list[tuple[bytes, bytes]] = []
-        if limits.rpm:
-            h += [
-                (b"x-ratelimit-limit-requests", b"%d" % limits.rpm),
+        rpm, tpm = limits.rpm, limits.tpm
+        requests = (
+            [
+                (b"x-ratelimit-limit-requests", b"%d" % rpm),
                 (b"x-ratelimit-remaining-requests", b"%d" % out.requests_remaining),
                 (b"x-ratelimit-reset-requests", _duration(out.requests_reset_s)),
             ]
-        if limits.tpm:
-            h += [
-                (b"x-ratelimit-limit-tokens", b"%d" % limits.tpm),
-                (b"x-ratelimit-remaining-tokens", b"%d" % out.tokens_remaining),
-                (b"x-ratelimit-reset-tokens", _duration(out.tokens_reset_s)),
-            ]
-        return h
+            if rpm
+            else []
+        )
+        if not tpm:
+            return requests
+        return [
+            *requests,
+            (b"x-ratelimit-limit-tokens", b"%d" % tpm),
+            (b"x-ratelimit-remaining-tokens", b"%d" % out.tokens_remaining),
+            (b"x-ratelimit-reset-tokens", _duration(out.tokens_reset_s)),
+        ]
 
     def _limit_rejection(self, policy: KeyPolicy, limits: Limits, out: Outcome) -> Rejection:
         reason = REASONS[out.code]

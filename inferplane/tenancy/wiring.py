@@ -1,0 +1,68 @@
+"""Building the gateway's `Tenancy` from a fleet file and the command line.
+
+Shared by `inferplane gateway` and `inferplane up` so both resolve the database, auth mode,
+limits, admin token and seeded routes the same way (docs/tenancy.md):
+
+- database: `--db`, then `$INFERPLANE_DATABASE_URL`, then the fleet's
+  `gateway.database_url`, then `default_db` (SQLite in the state directory);
+- limiter: Redis when `$INFERPLANE_REDIS_URL` or `gateway.redis_url` is set, else memory;
+- auth: the fleet's `gateway.auth` (`auto` without a fleet);
+- admin token: the environment variable named by `gateway.admin_token_env`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inferplane.store import DEFAULT_DATABASE_URL, Store, database_url
+from inferplane.tenancy.limits import Limits, MemoryLimiter, RedisLimiter
+from inferplane.tenancy.service import Tenancy
+
+if TYPE_CHECKING:
+    from inferplane.spec import FleetSpec
+
+REDIS_URL_ENV = "INFERPLANE_REDIS_URL"
+DEFAULT_ADMIN_TOKEN_ENV = "INFERPLANE_ADMIN_TOKEN"
+
+
+def state_dir_database_url(state_dir: Path) -> str:
+    """The default SQLite database of a state directory: `STATE/inferplane.db`."""
+    return f"sqlite:///{state_dir.resolve() / 'inferplane.db'}"
+
+
+def tenancy_database_url(
+    spec: FleetSpec | None, db: str | None, default_db: str | None = None
+) -> str:
+    """--db, $INFERPLANE_DATABASE_URL, the fleet's gateway.database_url, then `default_db`
+    (default: sqlite in ./.inferplane/)."""
+    fleet_url = spec.gateway.database_url if spec is not None else None
+    return database_url(db, fleet_url or default_db or DEFAULT_DATABASE_URL)
+
+
+def build_tenancy(
+    spec: FleetSpec | None,
+    db: str | None = None,
+    *,
+    default_db: str | None = None,
+    announce: bool = True,
+) -> Tenancy:
+    """Keys, limits, usage ledger and DB routes for a gateway serving `spec`."""
+    gw = spec.gateway if spec is not None else None
+    per_key = spec.limits.per_key if spec is not None else None
+    redis_url = os.environ.get(REDIS_URL_ENV) or (gw.redis_url if gw else None)
+    return Tenancy(
+        Store(tenancy_database_url(spec, db, default_db)),
+        RedisLimiter(redis_url) if redis_url else MemoryLimiter(),
+        auth=gw.auth if gw else "auto",
+        default_limits=Limits(per_key.rpm, per_key.tpm, per_key.max_concurrent)
+        if per_key is not None
+        else None,
+        admin_token=os.environ.get(gw.admin_token_env if gw else DEFAULT_ADMIN_TOKEN_ENV),
+        seed=[
+            (r.model, tuple((b.target, float(b.weight)) for b in r.backends))
+            for r in (spec.routes if spec is not None else [])
+        ],
+        announce=announce,
+    )
