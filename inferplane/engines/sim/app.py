@@ -217,19 +217,7 @@ class EngineApp:
             raise ApiError(400, "messages must be a non-empty list", "messages")
         await self._count_request()
         prompt_ids = chat_prompt_ids(self.engine.parts.tokenizer, messages)
-        sim, stop = self._plan_request(prompt_ids, sampling, "chatcmpl")
-        queue = self._submit(sim)
-        if sampling.stream:
-            return StreamingResponse(
-                self._stream(sim, queue, stop, sampling, chat=True),
-                media_type="text/event-stream",
-            )
-        await self._collect(sim, queue)
-        text = visible_text(sim.num_output, stop)
-        use = usage(sim.num_prompt_tokens, sim.num_output, sim.cached_tokens)
-        return _OrjsonResponse(
-            chat_response(sim.request_id, sampling.model, text, sim.finish_reason, use)
-        )
+        return await self._generate(prompt_ids, sampling, chat=True)
 
     async def completions(self, request: Request) -> Response:
         await self._gate()
@@ -240,19 +228,24 @@ class EngineApp:
             raise ApiError(400, "The model does not support Completions API")
         prompt_ids = self._prompt_ids(body.get("prompt"))
         await self._count_request()
-        sim, stop = self._plan_request(prompt_ids, sampling, "cmpl")
+        return await self._generate(prompt_ids, sampling, chat=False)
+
+    async def _generate(
+        self, prompt_ids: list[int], sampling: SamplingRequest, *, chat: bool
+    ) -> Response:
+        """Run one request through the engine: an SSE stream, or one JSON body at the end."""
+        sim, stop = self._plan_request(prompt_ids, sampling, "chatcmpl" if chat else "cmpl")
         queue = self._submit(sim)
         if sampling.stream:
             return StreamingResponse(
-                self._stream(sim, queue, stop, sampling, chat=False),
+                self._stream(sim, queue, stop, sampling, chat=chat),
                 media_type="text/event-stream",
             )
         await self._collect(sim, queue)
         text = visible_text(sim.num_output, stop)
         use = usage(sim.num_prompt_tokens, sim.num_output, sim.cached_tokens)
-        return _OrjsonResponse(
-            completion_response(sim.request_id, sampling.model, text, sim.finish_reason, use)
-        )
+        build = chat_response if chat else completion_response
+        return _OrjsonResponse(build(sim.request_id, sampling.model, text, sim.finish_reason, use))
 
     def _prompt_ids(self, prompt: Any) -> list[int]:
         tokenizer = self.engine.parts.tokenizer
