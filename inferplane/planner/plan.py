@@ -35,8 +35,33 @@ class InstanceMemory(_PlanModel):
     kv_bytes_per_token: int
 
 
+# Stands in for the leader's address inside a multi-node replica's argv/env: only the
+# deployment target knows it (Kubernetes: $(LWS_LEADER_ADDRESS); systemd: the leader host).
+LEADER_ADDRESS_TOKEN = "{leader_address}"
+
+
+class PlanRank(_PlanModel):
+    """One node's share of a replica that spans nodes (pipeline parallel, P13/P15).
+
+    Rank 0 is the leader: it serves the HTTP API; the other ranks run headless workers.
+    Every rank holds `tensor_parallel_size` GPUs of the same type on its own node.
+    """
+
+    rank: int
+    node: str
+    gpu_indices: list[int]
+    gpu_uuids: list[str] | None = None
+    argv: list[str]  # the exact command on this node; may contain LEADER_ADDRESS_TOKEN
+    env: dict[str, str]
+
+
 class PlanInstance(_PlanModel):
-    """One engine process: one replica of one model on a TP group of GPUs on one node."""
+    """One replica of one model: one engine process on a TP group of GPUs on one node, or,
+    when `pipeline_parallel_size` > 1, one process per node listed in `ranks`.
+
+    For a multi-node replica the top-level node/gpu_indices/argv/env describe rank 0 (the
+    leader), so single-host consumers that ignore `ranks` still see the API server.
+    """
 
     id: str  # "<model>-<replica>", stable across re-plans of the same fleet
     model: str  # client-facing name from the fleet file
@@ -59,6 +84,12 @@ class PlanInstance(_PlanModel):
     memory: InstanceMemory
     argv: list[str]  # the exact `vllm serve ...` invocation
     env: dict[str, str]  # CUDA_VISIBLE_DEVICES (integer indices), NCCL settings (P34), ...
+    pipeline_parallel_size: int = 1  # nodes per replica; 1 = the whole replica on `node`
+    ranks: list[PlanRank] = Field(default_factory=list)  # one per node when PP > 1, rank 0 first
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.pipeline_parallel_size > 1
 
 
 class PlanGpu(_PlanModel):
