@@ -270,6 +270,37 @@ CASES: dict[str, list[Expected]] = {
             "remove max_tokens_cap",
         ),
     ],
+    "pipeline_parallel_too_few_nodes.yaml": [
+        Expected(
+            9,
+            29,
+            "models[0].pipeline_parallel_size",
+            2,
+            "needs 2 nodes with 2 L40S GPUs each (one node per pipeline stage); the inventory "
+            "has 1 (gpu-node-1: 2 x L40S)",
+            "add nodes of that GPU type to gpus.nodes, or lower pipeline_parallel_size to 1",
+        ),
+    ],
+    "extra_args_pipeline_flag.yaml": [
+        Expected(
+            6,
+            31,
+            "models[0].extra_args.pipeline-parallel-size",
+            2,
+            "--pipeline-parallel-size is set by the model field `pipeline_parallel_size`",
+            "set `pipeline_parallel_size:` on the model",
+        ),
+    ],
+    "pipeline_parallel_pinned_node.yaml": [
+        Expected(
+            11,
+            13,
+            "models[0].placement.node",
+            "gpu-node-1",
+            "spans 2 nodes and cannot be pinned to one",
+            "drop placement.node",
+        ),
+    ],
     "bad_choice.yaml": [
         Expected(
             4,

@@ -44,7 +44,11 @@ def parse_max_model_len(value: str | None) -> int | None:
 
 def _print_table(model_dir: Path, gpu_label: str, est: MemoryEstimate) -> None:
     console = Console()
-    table = Table(title=f"{model_dir.name} on {gpu_label} (vLLM {est.vllm_version}, per GPU)")
+    title = f"{model_dir.name} on {gpu_label} (vLLM {est.vllm_version}, per GPU"
+    if est.pipeline_parallel_size > 1:
+        title += f" of pipeline stage {est.worst_rank} of {est.pipeline_parallel_size}, the one "
+        title += "with the fewest KV blocks"
+    table = Table(title=title + ")")
     table.add_column("item")
     table.add_column("value", justify="right")
     rows: list[tuple[str, str]] = [
@@ -72,6 +76,19 @@ def _print_table(model_dir: Path, gpu_label: str, est: MemoryEstimate) -> None:
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
+    if est.ranks:
+        stages = Table(title="pipeline stages (per GPU; vLLM gives every stage the fewest blocks)")
+        for column in ("stage", "layers", "weights", "activation", "CUDA graphs", "KV cache",
+                       "KV blocks"):
+            stages.add_column(column, justify="right")
+        for rank in est.ranks:
+            stages.add_row(
+                str(rank.rank), f"{rank.start_layer}-{rank.end_layer - 1}",
+                f"{rank.weights_gib:.2f} GiB", f"{rank.activation_gib:.2f} GiB",
+                f"{rank.cuda_graph_gib:.2f} GiB", f"{rank.kv_cache_gib:.2f} GiB",
+                f"{rank.num_gpu_blocks:,}",
+            )
+        console.print(stages)
     for warning in est.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     for error in est.errors:
@@ -86,6 +103,9 @@ def estimate(
         None, "--gpu-memory-gib", help="Total GPU memory as CUDA reports it, instead of --gpu."
     ),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
+    pipeline_parallel_size: int = typer.Option(
+        1, "--pipeline-parallel-size", "-pp", help="Pipeline stages (nodes), each with TP GPUs."
+    ),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
     max_model_len: str | None = typer.Option(None, "--max-model-len", help="Tokens, or auto."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs"),
@@ -121,6 +141,7 @@ def estimate(
         gpu_spec = lookup_gpu(gpu) if gpu else None
         settings = EngineSettings(
             tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=parse_max_model_len(max_model_len),
             max_num_seqs=max_num_seqs,

@@ -13,7 +13,7 @@ from inferplane.cli.main import app
 from inferplane.errors import InferplaneError
 from inferplane.gpus.discovery import DiscoveredGpu, discover_gpus
 from inferplane.planner.build import plan_fleet
-from inferplane.planner.plan import Plan, PlanGpu, PlanInstance
+from inferplane.planner.plan import InstanceMemory, Plan, PlanGpu, PlanInstance
 from inferplane.spec import load_fleet
 
 
@@ -69,7 +69,7 @@ def print_plan(plan: Plan, console: Console) -> None:
                        "used / budget", "free"):
             table.add_column(column, justify="left" if column.startswith("inst") else "right")
         for gpu in gpus:
-            table.add_row(*_gpu_row(gpu, [by_id[i] for i in gpu.instances]))
+            table.add_row(*_gpu_row(gpu, [_memory_on(by_id[i], gpu) for i in gpu.instances]))
         console.print(table)
     instances = Table(title="instances")
     for column in ("id", "node", "GPUs", "TP", "util", "max len", "concurrency", "port",
@@ -83,6 +83,9 @@ def print_plan(plan: Plan, console: Console) -> None:
             ", ".join(inst.start_after) or "-",
         )
     console.print(instances)
+    spanning = [inst for inst in plan.instances if inst.ranks]
+    if spanning:
+        console.print(_ranks_table(spanning))
     t = plan.totals
     console.print(
         f"GPUs used {t.gpus_used} of {t.gpus_total} ({t.gpus_idle} idle); needed at peak "
@@ -94,11 +97,45 @@ def print_plan(plan: Plan, console: Console) -> None:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 
 
-def _gpu_row(gpu: PlanGpu, here: list[PlanInstance]) -> list[str]:
-    weights = sum(i.memory.weights_gib for i in here)
-    kv = sum(i.memory.kv_cache_gib for i in here)
+def _memory_on(inst: PlanInstance, gpu: PlanGpu) -> tuple[PlanInstance, InstanceMemory]:
+    """The instance and its memory on `gpu`: its pipeline stage's for a spanning replica."""
+    for rank in inst.ranks:
+        if rank.node == gpu.node and gpu.index in rank.gpu_indices and rank.memory:
+            return inst, rank.memory
+    return inst, inst.memory
+
+
+def _ranks_table(spanning: list[PlanInstance]) -> Table:
+    """One row per node of every replica that spans nodes (pipeline stages)."""
+    table = Table(title="replicas that span nodes (one row per node; rank 0 serves the API)")
+    for column in ("id", "rank", "node", "GPUs", "layers", "weights", "KV cache", "command"):
+        table.add_column(column)
+    for inst in spanning:
+        for rank in inst.ranks:
+            memory = rank.memory or inst.memory
+            layers = f"{rank.layers[0]}-{rank.layers[1] - 1}" if rank.layers else "-"
+            table.add_row(
+                inst.id, f"{rank.rank}/{inst.pipeline_parallel_size}", rank.node,
+                ",".join(str(i) for i in rank.gpu_indices), layers,
+                _gib(memory.weights_gib), _gib(memory.kv_cache_gib), _command(rank.argv),
+            )
+    return table
+
+
+def _command(argv: list[str]) -> str:
+    """What tells the ranks apart: the multi-node flags, or the Ray role."""
+    if argv[:2] == ["bash", "-c"]:
+        return "ray head, then vllm serve" if "--head" in argv[2] else "ray worker"
+    role = "vllm serve --headless" if "--headless" in argv else "vllm serve (API)"
+    rank = argv[argv.index("--node-rank") + 1] if "--node-rank" in argv else "?"
+    return f"{role} --node-rank {rank}"
+
+
+def _gpu_row(gpu: PlanGpu, here: list[tuple[PlanInstance, InstanceMemory]]) -> list[str]:
+    weights = sum(m.weights_gib for _, m in here)
+    kv = sum(m.kv_cache_gib for _, m in here)
     overhead = gpu.used_gib - weights - kv
-    names = ", ".join(f"{i.id} ({i.gpu_memory_utilization:.4g})" for i in here) or "idle"
+    names = ", ".join(f"{i.id} ({i.gpu_memory_utilization:.4g})" for i, _ in here) or "idle"
     return [
         str(gpu.index), names, _gib(weights), _gib(kv), _gib(overhead),
         f"{gpu.used_gib:.2f} / {gpu.budget_gib:.2f} GiB", _gib(gpu.free_gib),

@@ -12,9 +12,9 @@ would make it fit when something cannot be placed (see `explain`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from inferplane.engines.vllm import VllmArgs, build_vllm_argv
+from inferplane.engines.vllm import VllmArgs, build_vllm_argv, multinode_argvs
 from inferplane.errors import InferplaneError
 from inferplane.gpus import find_gpu, lookup_gpu
 from inferplane.gpus.discovery import DiscoveredGpu
@@ -23,8 +23,10 @@ from inferplane.models import load_profile
 from inferplane.models.profile import ModelProfile
 from inferplane.planner import explain
 from inferplane.planner.colocation import CardShare, share_cards
+from inferplane.planner.estimate_types import MemoryEstimate, RankMemory
 from inferplane.planner.greedy import allowed_nodes, place_greedy
 from inferplane.planner.memory import estimate_memory
+from inferplane.planner.pipeline import stage_profile, stages
 from inferplane.planner.placement import Choice, Item, Placement, Slot
 from inferplane.planner.plan import (
     InstanceMemory,
@@ -33,15 +35,27 @@ from inferplane.planner.plan import (
     PlanEndpoint,
     PlanGpu,
     PlanInstance,
+    PlanRank,
     PlanTotals,
 )
-from inferplane.planner.sizing import UNITS, GpuType, Shape, SizingFailure, size_model
-from inferplane.planner.solver import solve
+from inferplane.planner.sizing import (
+    UNITS,
+    GpuType,
+    Shape,
+    SizingFailure,
+    graph_bytes,
+    size_model,
+)
+from inferplane.planner.solver import solve_around_spanning
 from inferplane.planner.vllm_versions import era_of
 from inferplane.spec import FleetSpec, ModelSpec
 
 BASE_PORT = 8100
 DISCOVERED_NODE = "local"
+# Replicas that span nodes: each gets its own coordination ports, so two leaders on one
+# host never collide (vLLM's --master-port default is 29501, `ray start --head` 6379).
+BASE_MASTER_PORT = 29501
+BASE_RAY_PORT = 6379
 
 
 def plan_fleet(
@@ -70,7 +84,7 @@ def plan_fleet(
     )
     placement = place_greedy(items, slots, policy)
     if policy == "binpack" and time_limit_s > 0:
-        solved = solve(items, slots, placement, time_limit_s=time_limit_s)
+        solved = solve_around_spanning(items, slots, placement, time_limit_s=time_limit_s)
         if solved is not None:
             solved.notes = [n for n in placement.notes if n.startswith("solver")]
             placement = solved
@@ -169,8 +183,9 @@ def gpu_types(
         spec = specs.get(slot.gpu_type)
         if spec is None and fleet.gpus is not None:
             spec = lookup_gpu(slot.gpu_type)
-        most = max(n for (_, t), n in per_node.items() if t == slot.gpu_type)
-        out[slot.gpu_type] = GpuType(slot.gpu_type, slot.total_bytes, spec, most)
+        counts = tuple(sorted((n for (_, t), n in per_node.items() if t == slot.gpu_type),
+                              reverse=True))
+        out[slot.gpu_type] = GpuType(slot.gpu_type, slot.total_bytes, spec, counts[0], counts)
     return out
 
 
@@ -215,11 +230,15 @@ def _assemble(
     ordered = sorted(items, key=lambda i: (i.order, i.replica))
     warnings: list[str] = list(placement.notes)
     instances: list[PlanInstance] = []
+    spanning = 0
     for n, item in enumerate(ordered):
         choice = placement.choices[item.id]
+        ports = _Ports(BASE_PORT + n, BASE_MASTER_PORT + spanning, BASE_RAY_PORT + spanning)
+        spanning += 1 if choice.spans_nodes else 0
         instance, notes = _instance(
             models[item.model], profiles[item.model], item, choice, shares[item.id],
-            [slot_of[(choice.node, i)] for i in choice.indices], BASE_PORT + n, fleet,
+            [[slot_of[(node, i)] for i in indices] for node, indices in choice.groups()],
+            ports, fleet,
         )
         instances.append(instance)
         warnings += [w for w in notes if w not in warnings]
@@ -255,17 +274,25 @@ def _assemble(
     )
 
 
+@dataclass(frozen=True)
+class _Ports:
+    http: int  # the engine's API port (the leader's, for a replica that spans nodes)
+    master: int  # --master-port of a native multi-node replica
+    ray: int  # the Ray head's port of a Ray multi-node replica
+
+
 def _instance(
     model: ModelSpec,
     profile: ModelProfile,
     item: Item,
     choice: Choice,
     share: CardShare,
-    slots: list[Slot],
-    port: int,
+    rank_slots: list[list[Slot]],
+    ports: _Ports,
     fleet: FleetSpec,
 ) -> tuple[PlanInstance, list[str]]:
     shape = item.shapes[choice.gpu_type]
+    slots = rank_slots[0]
     total = slots[0].total_bytes
     util = share.units / UNITS
     kv_bytes = shape.kv_bytes_at(share.units, total)
@@ -283,44 +310,60 @@ def _instance(
             f"{est.max_model_len} tokens (max_num_seqs {est.max_num_seqs}); the rest queue"
             + (f"; TP {shape.wider[0]} would hold {shape.wider[1]:.1f}" if shape.wider else "")
         )
-    graph_gib = (shape.non_kv_bytes - int((est.weights_gib + est.activation_gib
-                                           + est.non_torch_gib) * GIB)) / GIB
-    if not est.cuda_graph_in_budget:
-        graph_gib = (shape.outside_bytes - int(est.cuda_context_gib * GIB)) / GIB
-    memory = InstanceMemory(
-        weights_gib=est.weights_gib,
-        kv_cache_gib=round(est.kv_cache_gib, 4),
-        activation_gib=est.activation_gib,
-        non_torch_gib=est.non_torch_gib,
-        cuda_graph_gib=round(max(0.0, graph_gib), 4),
-        cuda_context_gib=est.cuda_context_gib,
-        kv_cache_tokens=est.kv_cache_tokens,
-        max_concurrency=est.max_concurrency,
-        kv_bytes_per_token=est.kv_bytes_per_token,
+    if est.ranks:
+        memories = [_rank_memory(est, rank, shape, profile) for rank in est.ranks]
+        memory = memories[est.worst_rank]
+        weights_total = sum(int(r.weights_gib * GIB) for r in est.ranks) \
+            * shape.tensor_parallel_size
+    else:
+        graph_gib = (shape.non_kv_bytes - int((est.weights_gib + est.activation_gib
+                                               + est.non_torch_gib) * GIB)) / GIB
+        if not est.cuda_graph_in_budget:
+            graph_gib = (shape.outside_bytes - int(est.cuda_context_gib * GIB)) / GIB
+        memory = _memory(est, est.weights_gib, est.kv_cache_gib, est.activation_gib,
+                         est.non_torch_gib, graph_gib)
+        memories = [memory]
+        weights_total = int(est.weights_gib * GIB) * shape.tensor_parallel_size
+    args = VllmArgs(
+        source=model.source or "",
+        served_model_name=model.engine_model_name,
+        port=ports.http,
+        max_model_len=shape.max_model_len,
+        tensor_parallel_size=shape.tensor_parallel_size,
+        pipeline_parallel_size=shape.pipeline_parallel_size,
+        gpu_memory_utilization=util,
+        max_num_seqs=est.max_num_seqs,
+        max_num_batched_tokens=est.max_num_batched_tokens,
+        dtype=model.dtype,
+        quantization=model.quantization,
+        kv_cache_dtype=model.kv_cache_dtype,
+        kv_cache_memory_bytes=share.kv_cache_memory_bytes,
+        enforce_eager=model.enforce_eager,
+        task=model.task,
+        cudagraph_capture_sizes=shape.capture_sizes,
+        extra_args=model.extra_args,
     )
-    argv = build_vllm_argv(
-        VllmArgs(
-            source=model.source or "",
-            served_model_name=model.engine_model_name,
-            port=port,
-            max_model_len=shape.max_model_len,
-            tensor_parallel_size=shape.tensor_parallel_size,
-            gpu_memory_utilization=util,
-            max_num_seqs=est.max_num_seqs,
-            max_num_batched_tokens=est.max_num_batched_tokens,
-            dtype=model.dtype,
-            quantization=model.quantization,
-            kv_cache_dtype=model.kv_cache_dtype,
-            kv_cache_memory_bytes=share.kv_cache_memory_bytes,
-            enforce_eager=model.enforce_eager,
-            task=model.task,
-            cudagraph_capture_sizes=shape.capture_sizes,
-            extra_args=model.extra_args,
-        ),
-        version=fleet.engine.version,
-    )
-    env = {**fleet.engine.extra_env, **model.env, **placement_env(slots)}
-    weights_total = int(est.weights_gib * GIB) * shape.tensor_parallel_size
+    version = fleet.engine.version
+    if choice.spans_nodes:
+        argvs = multinode_argvs(args, version=version, master_port=ports.master,
+                                ray_port=ports.ray)
+    else:
+        argvs = [build_vllm_argv(args, version=version)]
+    envs = [
+        {**fleet.engine.extra_env, **model.env, **placement_env(group, fleet, choice.spans_nodes)}
+        for group in rank_slots
+    ]
+    ranks: list[PlanRank] = []
+    if choice.spans_nodes:
+        layers = est.ranks
+        for rank, ((node, indices), group) in enumerate(zip(choice.groups(), rank_slots,
+                                                            strict=True)):
+            ranks.append(PlanRank(
+                rank=rank, node=node, gpu_indices=list(indices), gpu_uuids=_uuids(group),
+                argv=argvs[rank], env=envs[rank],
+                layers=[layers[rank].start_layer, layers[rank].end_layer],
+                memory=memories[rank],
+            ))
     instance = PlanInstance(
         id=item.id,
         model=model.name,
@@ -329,35 +372,94 @@ def _instance(
         node=choice.node,
         gpu_type=choice.gpu_type,
         gpu_indices=list(choice.indices),
-        gpu_uuids=[s.uuid for s in slots if s.uuid] if all(s.uuid for s in slots) else None,
+        gpu_uuids=_uuids(slots),
         tensor_parallel_size=shape.tensor_parallel_size,
         gpu_memory_utilization=util,
         kv_cache_memory_bytes=share.kv_cache_memory_bytes,
         shares_gpu_with=list(share.shares_gpu_with),
         start_after=list(share.start_after),
-        port=port,
+        port=ports.http,
         max_model_len=shape.max_model_len,
         max_num_seqs=est.max_num_seqs,
         max_num_batched_tokens=est.max_num_batched_tokens,
         weights_bytes=weights_total,
         memory=memory,
-        argv=argv,
-        env=env,
+        argv=argvs[0],
+        env=envs[0],
+        pipeline_parallel_size=shape.pipeline_parallel_size,
+        ranks=ranks,
     )
     return instance, notes
 
 
-def placement_env(slots: list[Slot]) -> dict[str, str]:
+def _uuids(slots: list[Slot]) -> list[str] | None:
+    return [s.uuid for s in slots if s.uuid] if all(s.uuid for s in slots) else None
+
+
+def _memory(
+    est: MemoryEstimate, weights_gib: float, kv_cache_gib: float, activation_gib: float,
+    non_torch_gib: float, graph_gib: float,
+) -> InstanceMemory:
+    return InstanceMemory(
+        weights_gib=weights_gib,
+        kv_cache_gib=round(kv_cache_gib, 4),
+        activation_gib=activation_gib,
+        non_torch_gib=non_torch_gib,
+        cuda_graph_gib=round(max(0.0, graph_gib), 4),
+        cuda_context_gib=est.cuda_context_gib,
+        kv_cache_tokens=est.kv_cache_tokens,
+        max_concurrency=est.max_concurrency,
+        kv_bytes_per_token=est.kv_bytes_per_token,
+    )
+
+
+def _rank_memory(
+    est: MemoryEstimate, rank: RankMemory, shape: Shape, profile: ModelProfile
+) -> InstanceMemory:
+    """One pipeline stage's per-GPU memory; KV tokens and concurrency are the replica's."""
+    graph_gib = rank.cuda_graph_gib
+    if shape.capture_sizes is not None and not shape.settings.enforce_eager:
+        stage = stages(profile.num_layers, shape.pipeline_parallel_size,
+                       shape.settings.pipeline_layer_partition)[rank.rank]
+        graph_gib = graph_bytes(stage_profile(profile, stage), shape.capture_sizes) / GIB
+    return _memory(est, rank.weights_gib, rank.kv_cache_gib, rank.activation_gib,
+                   rank.non_torch_gib, graph_gib)
+
+
+def placement_env(
+    slots: list[Slot], fleet: FleetSpec | None = None, spans_nodes: bool = False
+) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES as NVML indices in PCI order (P20, P21) and NCCL settings from
     the interconnect (P34): TP groups without NVLink get NCCL_P2P_DISABLE=1, the field's
-    fix for NCCL hangs and watchdog timeouts on PCIe-only boards (S2)."""
+    fix for NCCL hangs and watchdog timeouts on PCIe-only boards (S2). A node of a replica
+    that spans nodes also gets NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME when the inventory
+    names its `network_interface` (never guessed)."""
     env = {
         "CUDA_VISIBLE_DEVICES": ",".join(str(s.index) for s in slots),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
     if len(slots) > 1 and any(s.interconnect != "nvlink" for s in slots):
         env["NCCL_P2P_DISABLE"] = "1"
+    if spans_nodes and fleet is not None and fleet.gpus is not None:
+        node = fleet.gpus.node(slots[0].node)
+        if node is not None and node.network_interface is not None:
+            env["NCCL_SOCKET_IFNAME"] = node.network_interface
+            env["GLOO_SOCKET_IFNAME"] = node.network_interface
     return env
+
+
+def _on(inst: PlanInstance, slot: Slot) -> bool:
+    if inst.ranks:
+        return any(r.node == slot.node and slot.index in r.gpu_indices for r in inst.ranks)
+    return inst.node == slot.node and slot.index in inst.gpu_indices
+
+
+def _memory_at(inst: PlanInstance, slot: Slot) -> InstanceMemory:
+    """The instance's per-GPU memory on `slot` (its pipeline stage's, when it spans nodes)."""
+    for rank in inst.ranks:
+        if rank.node == slot.node and slot.index in rank.gpu_indices and rank.memory:
+            return rank.memory
+    return inst.memory
 
 
 def _gpus(
@@ -366,11 +468,11 @@ def _gpus(
     graphs_inside = era_of(version) == "v1new"
     out: list[PlanGpu] = []
     for slot in slots:
-        here = [i for i in instances if i.node == slot.node and slot.index in i.gpu_indices]
+        here = [i for i in instances if _on(i, slot)]
         total_gib = slot.total_bytes / GIB
         used = sum(
-            i.gpu_memory_utilization * total_gib + i.memory.cuda_context_gib
-            + (0.0 if graphs_inside else i.memory.cuda_graph_gib)
+            i.gpu_memory_utilization * total_gib + _memory_at(i, slot).cuda_context_gib
+            + (0.0 if graphs_inside else _memory_at(i, slot).cuda_graph_gib)
             for i in here
         )
         out.append(

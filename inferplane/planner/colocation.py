@@ -42,8 +42,8 @@ def share_cards(
     slot_of = {s.key: s for s in slots}
     on_gpu: dict[tuple[str, int], list[str]] = defaultdict(list)
     for item_id, choice in choices.items():
-        for index in choice.indices:
-            on_gpu[(choice.node, index)].append(item_id)
+        for key in choice.gpus():
+            on_gpu[key].append(item_id)
     units: dict[str, int] = {}
     for item_id, choice in choices.items():
         item = items[item_id]
@@ -55,14 +55,14 @@ def share_cards(
         shape = items[item_id].shapes[choice.gpu_type]
         room = min(
             _room(key, item_id, on_gpu, units, items, choices, slot_of)
-            for key in ((choice.node, i) for i in choice.indices)
+            for key in choice.gpus()
         )
         units[item_id] = max(units[item_id], min(shape.want_units, room))
     shares: dict[str, CardShare] = {}
     for item_id in sorted(choices):
         choice = choices[item_id]
         mates = sorted(
-            {m for i in choice.indices for m in on_gpu[(choice.node, i)] if m != item_id}
+            {m for key in choice.gpus() for m in on_gpu[key] if m != item_id}
         )
         kv: int | None = None
         if mates:
@@ -106,7 +106,7 @@ def card_used_units(
     """What the plan puts on one GPU, in card units (for checks and reports)."""
     used = 0
     for item_id, choice in choices.items():
-        if choice.node == key[0] and key[1] in choice.indices:
+        if key in choice.gpus():
             shape = items[item_id].shapes[choice.gpu_type]
             used += shares[item_id].units + shape.outside_units_for(total_bytes)
     return used

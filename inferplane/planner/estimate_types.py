@@ -21,6 +21,24 @@ class EngineSettings:
     enforce_eager: bool = False
     block_size: int | None = None  # None = 16 on CUDA (64 for MLA with FlashMLA)
     vllm_version: str | None = None  # None = the current release inferplane models
+    pipeline_parallel_size: int = 1  # stages (nodes); each holds ~1/pp of the decoder layers
+    pipeline_layer_partition: tuple[int, ...] | None = None  # VLLM_PP_LAYER_PARTITION
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One pipeline stage's per-GPU numbers (every GPU of the stage holds the same)."""
+
+    rank: int
+    start_layer: int  # first decoder layer of the stage, inclusive
+    end_layer: int  # exclusive
+    weights_gib: float
+    activation_gib: float  # the sampler warm-up runs on the last stage only
+    non_torch_gib: float
+    cuda_graph_gib: float
+    kv_cache_gib: float  # available to this stage's KV cache
+    num_gpu_blocks: int  # before vLLM takes the minimum over stages
+    kv_bytes_per_token_per_gpu: int  # this stage's layers only
 
 
 @dataclass
@@ -54,3 +72,9 @@ class MemoryEstimate:
     fits: bool
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Pipeline parallelism: the numbers above are per GPU of `worst_rank`, the stage with the
+    # fewest KV blocks (vLLM gives every stage that many); KV tokens and concurrency are the
+    # replica's. `ranks` lists every stage when pipeline_parallel_size > 1.
+    pipeline_parallel_size: int = 1
+    worst_rank: int = 0
+    ranks: list[RankMemory] = field(default_factory=list)

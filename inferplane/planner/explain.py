@@ -36,6 +36,8 @@ def unsized(
     got = f"best attempt: {best.gpu_type}"
     if best.best_tp is not None:
         got += f" at TP {best.best_tp}"
+        if best.best_pp > 1:
+            got += f" on each of {best.best_pp} nodes"
     if best.best_estimate is not None:
         got += (
             f" ({best.best_estimate.weights_gib:.1f} GiB of weights per GPU of "
@@ -59,7 +61,9 @@ def unplaced(
     item = next(by_id[i] for i in placement.unplaced if by_id[i].model == name)
     model = next(m for m in models if m.name == name)
     placed = model.replicas - missing[name]
-    shape = min(item.shapes.values(), key=lambda s: s.tensor_parallel_size)
+    shape = min(item.shapes.values(), key=lambda s: (s.gpus, s.tensor_parallel_size))
+    if shape.pipeline_parallel_size > 1:
+        return _unplaced_spanning(placement, by_id, model, placed, shape, slots)
     free = _free_gpus(placement, slots, set(item.shapes))
     need_gpus = sum(
         by_id[i].shapes[shape.gpu_type].tensor_parallel_size
@@ -86,6 +90,41 @@ def unplaced(
     return InferplaneError(
         message, field=f"models.{name}.replicas", value=model.replicas, fix="; or ".join(fixes)
     )
+
+
+def _unplaced_spanning(
+    placement: Placement,
+    by_id: dict[str, Item],
+    model: ModelSpec,
+    placed: int,
+    shape: Shape,
+    slots: list[Slot],
+) -> InferplaneError:
+    """A replica that spans nodes needs `pp` nodes, each with TP GPUs nothing else uses."""
+    pp, tp, gpu = shape.pipeline_parallel_size, shape.tensor_parallel_size, shape.gpu_type
+    missing = sum(1 for i in placement.unplaced if by_id[i].model == model.name)
+    nodes = _nodes_with_free(placement, slots, gpu, tp)
+    message = (
+        f"{model.name}: placed {placed} of {model.replicas} replicas. Each replica spans {pp} "
+        f"nodes (pipeline_parallel_size {pp}, layers {list(shape.pipeline_layers)}) and "
+        f"needs {pp} nodes with {tp} free {gpu} GPU(s) each (TP {tp} per node; GPUs of a "
+        f"replica that spans nodes hold nothing else); {nodes} node(s) have them"
+    )
+    short = max(1, missing * pp - nodes)
+    fixes = [f"replicas: {placed} for {model.name}" if placed else f"remove {model.name}"]
+    fixes.append(f"add {short} {gpu} node(s) with {tp} GPU(s) each")
+    if model.pipeline_parallel_size == "auto":
+        fixes.append("larger nodes, so one node holds a replica")
+    return InferplaneError(
+        message, field=f"models.{model.name}.replicas", value=model.replicas,
+        fix="; or ".join(fixes),
+    )
+
+
+def _nodes_with_free(placement: Placement, slots: list[Slot], gpu: str, tp: int) -> int:
+    used = {key for c in placement.choices.values() for key in c.gpus()}
+    free: Counter[str] = Counter(s.node for s in slots if s.gpu_type == gpu and s.key not in used)
+    return sum(1 for count in free.values() if count >= tp)
 
 
 def suggestions(
@@ -125,6 +164,7 @@ def suggestions(
         shape = _try(model, profile, types, settings, version, budget_fraction)
         if shape is not None:
             out.append(f"{label}: then TP {shape.tensor_parallel_size} on {shape.gpu_type} fits")
+    out += _pipeline_suggestions(model, profile, types, base, version, budget_fraction)
     if biggest.max_gpus_per_node < 8 and model.tensor_parallel_size == "auto":
         wider = replace(biggest, max_gpus_per_node=8)
         result = size_model(model, profile, wider, version=version, budget_fraction=budget_fraction)
@@ -137,6 +177,34 @@ def suggestions(
     if larger:
         out.append(larger)
     return out
+
+
+def _pipeline_suggestions(
+    model: ModelSpec,
+    profile: ModelProfile,
+    types: list[GpuType],
+    base: EngineSettings,
+    version: str,
+    budget_fraction: float,
+) -> list[str]:
+    """Spanning nodes (pipeline stages), when the model is kept on one node and the
+    inventory has several nodes of a type: the fewest stages that fit."""
+    if model.pipeline_parallel_size != 1 or model.placement.node is not None:
+        return []
+    if model.placement.colocate_with:
+        return []
+    most = max((t.nodes_with(1) for t in types), default=1)
+    for pp in range(2, min(most, profile.num_layers) + 1):
+        eligible = [t for t in types if t.nodes_with(1) >= pp]
+        shape = _try(model, profile, eligible, replace(base, pipeline_parallel_size=pp),
+                     version, budget_fraction)
+        if shape is not None:
+            return [
+                f"pipeline_parallel_size: {pp} (or auto): then TP {shape.tensor_parallel_size} "
+                f"on each of {pp} {shape.gpu_type} nodes fits (a replica that spans nodes; "
+                "deploy it with `inferplane render --target k8s|systemd`)"
+            ]
+    return []
 
 
 def _try(
@@ -196,5 +264,5 @@ def _best_failure(failures: list[SizingFailure]) -> SizingFailure:
 
 
 def _free_gpus(placement: Placement, slots: list[Slot], types: set[str]) -> int:
-    used = {(c.node, i) for c in placement.choices.values() for i in c.indices}
+    used = {key for c in placement.choices.values() for key in c.gpus()}
     return sum(1 for s in slots if s.gpu_type in types and s.key not in used)

@@ -9,7 +9,10 @@ co-located go after the models they join. Each item takes the best feasible GPU 
   so whole nodes stay free for 8-GPU models; `spread`: the least loaded GPUs and nodes;
 * hints: `placement.node`, `placement.gpu_type` (via the item's shapes), `exclusive`
   (nothing else on its GPUs), `colocate_with` (shares a GPU with one of those models);
-* two replicas of one model never share a GPU (a replica is for availability).
+* two replicas of one model never share a GPU (a replica is for availability);
+* a replica that spans nodes (pipeline stages) takes one TP group of empty GPUs on each of
+  `pipeline_parallel_size` distinct nodes of one GPU type - the best-scoring nodes, ranks
+  in inventory order - and nothing else is placed on those GPUs afterwards (P15).
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ class PackState:
             groups[(slot.node, slot.gpu_type)].append(slot)
         self.groups = groups
         self.node_order = {node: i for i, node in enumerate(dict.fromkeys(s.node for s in slots))}
+        self.sealed: set[tuple[str, int]] = set()  # GPUs of replicas that span nodes
 
     def fits(self, item: Item, node: str, index: int, demand: int) -> bool:
         key = (node, index)
-        if self.used[key] + demand > self.slots[key].capacity_units:
+        if key in self.sealed or self.used[key] + demand > self.slots[key].capacity_units:
             return False
         occupants = self.occupants[key]
         if not occupants:
@@ -55,12 +59,13 @@ class PackState:
         )
 
     def place(self, item: Item, choice: Choice, demand: int) -> None:
-        for index in choice.indices:
-            key = (choice.node, index)
+        for key in choice.gpus():
             if not self.occupants[key]:
-                self.node_used[choice.node] += 1
+                self.node_used[key[0]] += 1
             self.used[key] += demand
             self.occupants[key].append(item)
+            if choice.spans_nodes:
+                self.sealed.add(key)
 
 
 def item_order(items: list[Item]) -> list[Item]:
@@ -86,6 +91,14 @@ def place_greedy(
             shape = item.shapes[gpu_type]
             tp = shape.tensor_parallel_size
             demand = item.demand(gpu_type, type_bytes[gpu_type])
+            if shape.pipeline_parallel_size > 1:
+                spanning = _spanning_choice(
+                    state, item, gpu_type, shape.pipeline_parallel_size, tp, demand, type_rank,
+                    policy,
+                )
+                if spanning is not None and (best is None or spanning[0] < best[0]):
+                    best = (spanning[0], spanning[1], demand)
+                continue
             for (node, node_type), node_slots in state.groups.items():
                 if node_type != gpu_type or (item.nodes is not None and node not in item.nodes):
                     continue
@@ -103,13 +116,59 @@ def place_greedy(
         _, choice, demand = best
         state.place(item, choice, demand)
         placement.choices[item.id] = choice
-        if len(choice.indices) > 1 and not _aligned(choice.indices):
-            placement.notes.append(
-                f"P13: {item.id} runs TP {len(choice.indices)} on unaligned GPUs "
-                f"{list(choice.indices)} of {choice.node}; they may sit under different "
-                "PCIe switches"
-            )
+        for node, indices in choice.groups():
+            if len(indices) > 1 and not _aligned(indices):
+                placement.notes.append(
+                    f"P13: {item.id} runs TP {len(indices)} on unaligned GPUs "
+                    f"{list(indices)} of {node}; they may sit under different "
+                    "PCIe switches"
+                )
     return placement
+
+
+def _spanning_choice(
+    state: PackState,
+    item: Item,
+    gpu_type: str,
+    pp: int,
+    tp: int,
+    demand: int,
+    type_rank: int,
+    policy: Policy,
+) -> tuple[tuple[int | float, ...], Choice] | None:
+    """The best `pp` distinct nodes of `gpu_type` with a TP group of empty GPUs each."""
+    per_node: list[tuple[tuple[int | float, ...], str, tuple[int, ...], bool]] = []
+    for (node, node_type), node_slots in state.groups.items():
+        if node_type != gpu_type or len(node_slots) < tp:
+            continue
+        if item.nodes is not None and node not in item.nodes:
+            continue
+        options = [
+            (_score(state, node, group, aligned, type_rank, demand, policy), group, aligned)
+            for group, aligned in node_groups(node_slots, tp)
+            if all(not state.occupants[(node, i)] and state.fits(item, node, i, demand)
+                   for i in group)
+        ]
+        if options:
+            node_score, group, aligned = min(options)
+            per_node.append((node_score, node, group, aligned))
+    if len(per_node) < pp:
+        return None
+    chosen = sorted(per_node)[:pp]
+    chosen.sort(key=lambda entry: state.node_order[entry[1]])
+    unaligned = max(0 if entry[3] else 1 for entry in chosen)
+    left = sum(sum(state.slots[(node, i)].capacity_units - state.used[(node, i)] - demand
+                   for i in group) for _, node, group, _ in chosen)
+    first = state.node_order[chosen[0][1]]
+    score: tuple[int | float, ...]
+    if policy == "spread":
+        load = sum(state.node_used[node] for _, node, _, _ in chosen)
+        score = (unaligned, type_rank, 0, load, first)
+    else:
+        new_nodes = sum(1 for _, node, _, _ in chosen if state.node_used[node] == 0)
+        score = (unaligned, tp * pp, type_rank, new_nodes, left, first)
+    ranks = tuple((node, group) for _, node, group, _ in chosen)
+    return score, Choice(gpu_type, ranks[0][0], ranks[0][1], ranks)
 
 
 def _aligned(indices: tuple[int, ...]) -> bool:

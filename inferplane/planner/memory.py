@@ -20,7 +20,7 @@ from inferplane.gpus.spec import GIB, GpuSpec
 from inferplane.models.profile import ModelProfile
 from inferplane.planner import overheads, rules
 from inferplane.planner.defaults import default_batch_limits
-from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
+from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate, RankMemory
 from inferplane.planner.kv_cache import (
     DEFAULT_BLOCK_SIZE,
     MLA_BLOCK_SIZE_HOPPER,
@@ -29,12 +29,13 @@ from inferplane.planner.kv_cache import (
     kv_layout,
     max_model_len_that_fits,
 )
+from inferplane.planner.pipeline import Stage, stage_profile, stages
 from inferplane.planner.vllm_versions import DEFAULT_VLLM_VERSION, era_of
 from inferplane.planner.weights import (
     DTYPE_BYTES,
     resolve_dtype,
     resolve_quantization,
-    weight_bytes,
+    stage_weight_bytes,
     weight_format,
 )
 
@@ -96,6 +97,11 @@ def _check_inputs(
         raise InferplaneError(
             "must be >= 1", field="tensor_parallel_size", value=settings.tensor_parallel_size,
             fix="use 1, 2, 4 or 8",
+        )
+    if settings.pipeline_parallel_size < 1:
+        raise InferplaneError(
+            "must be >= 1", field="pipeline_parallel_size",
+            value=settings.pipeline_parallel_size, fix="use 1 (one node) or the number of nodes",
         )
     return total
 
@@ -159,6 +165,34 @@ def _settings_messages(
     return errors, warnings
 
 
+@dataclass
+class _StageMemory:
+    """What one pipeline stage (the whole model when PP is 1) holds on each of its GPUs."""
+
+    stage: Stage
+    weights: int
+    activation: int
+    non_torch: int
+    cuda_graph: int
+    available: int
+    layout: KvLayout
+
+    @property
+    def avail_bytes(self) -> int:
+        return max(0, self.available)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.layout.num_blocks(self.avail_bytes) if self.layout.page_bytes else 0
+
+
+def _stage_list(profile: ModelProfile, settings: EngineSettings) -> list[Stage]:
+    pp = settings.pipeline_parallel_size
+    if pp == 1 and settings.pipeline_layer_partition is None:
+        return [Stage(0, 1, 0, profile.num_layers)]
+    return stages(profile.num_layers, pp, settings.pipeline_layer_partition)
+
+
 def estimate_memory(
     profile: ModelProfile,
     settings: EngineSettings,
@@ -171,12 +205,19 @@ def estimate_memory(
     Give either `gpu` (a catalog entry) or `gpu_memory_bytes` (total as CUDA reports it).
     Problems vLLM would refuse are returned in `errors` (and `fits` is False); only input
     that cannot be estimated at all raises InferplaneError.
+
+    With `pipeline_parallel_size` > 1 every stage is estimated on its own layers (see
+    `inferplane.planner.pipeline`); vLLM gives every stage the smallest stage's number of
+    KV blocks, so the replica's KV tokens and concurrency are that stage's, and the
+    per-GPU figures reported are of that stage (`worst_rank`); `ranks` has all of them.
     """
     total = _check_inputs(settings, gpu, gpu_memory_bytes)
     version = settings.vllm_version or DEFAULT_VLLM_VERSION
     era = era_of(version)
     tp = settings.tensor_parallel_size
+    pp = settings.pipeline_parallel_size
     util = settings.gpu_memory_utilization
+    stage_list = _stage_list(profile, settings)
 
     dtype = resolve_dtype(profile, settings.dtype)
     quantization = resolve_quantization(profile, settings.quantization)
@@ -193,59 +234,78 @@ def estimate_memory(
     max_num_seqs = settings.max_num_seqs or default_seqs
     max_num_batched_tokens = settings.max_num_batched_tokens or default_tokens
 
-    # Everything inside the utilization budget that is not KV cache.
+    # Everything inside the utilization budget that is not KV cache, per stage.
     fmt = weight_format(profile, dtype, quantization)
-    weights = weight_bytes(profile, fmt, tp)
-    activation = overheads.activation_peak_bytes(
-        profile, tp, DTYPE_BYTES[dtype], max_num_batched_tokens, max_num_seqs,
-        profile.default_task == "generate", era,
-    )
-    non_torch = overheads.non_torch_bytes(tp, era)
-    cuda_graph = 0 if settings.enforce_eager else overheads.cuda_graph_bytes(
-        profile, max_num_seqs, version
-    )
     graph_in_budget = era == "v1new"
     requested = math.ceil(total * util)
-    if settings.kv_cache_memory_bytes is not None:
-        available = settings.kv_cache_memory_bytes  # vLLM skips profiling entirely
-    else:
-        available = requested - weights.per_gpu_bytes - activation - non_torch
-        if graph_in_budget:
-            available -= cuda_graph
-    if weights.per_gpu_bytes > requested:
-        errors.append(
-            f"weights need {_gib(weights.per_gpu_bytes):.2f} GiB per GPU but "
-            f"gpu_memory_utilization {util} x {_gib(total):.2f} GiB allows "
-            f"{_gib(requested):.2f} GiB: raise tensor_parallel_size, quantize, or use a larger GPU"
-        )
-    elif available <= 0:
-        errors.append(
-            "no memory left for the KV cache after weights and activations: raise "
-            "gpu_memory_utilization, lower max_num_batched_tokens, or raise tensor_parallel_size"
-        )
-
-    # The KV pool: blocks, the length that fits, concurrency.
     kv_bytes = kv_dtype_bytes(settings.kv_cache_dtype, DTYPE_BYTES[dtype])
-    layout = kv_layout(profile, tp, kv_bytes, _block_size(profile, settings, gpu))
-    avail_bytes = max(0, available)
+    block_size = _block_size(profile, settings, gpu)
+    parts: list[_StageMemory] = []
+    for stage in stage_list:
+        part_profile = stage_profile(profile, stage)
+        weights = stage_weight_bytes(profile, fmt, tp, part_profile)
+        activation = overheads.activation_peak_bytes(
+            part_profile, tp, DTYPE_BYTES[dtype], max_num_batched_tokens, max_num_seqs,
+            profile.default_task == "generate" and stage.is_last, era,
+        )
+        non_torch = overheads.non_torch_bytes(tp, era, pp)
+        cuda_graph = 0 if settings.enforce_eager else overheads.cuda_graph_bytes(
+            part_profile, max_num_seqs, version
+        )
+        if settings.kv_cache_memory_bytes is not None:
+            available = settings.kv_cache_memory_bytes  # vLLM skips profiling entirely
+        else:
+            available = requested - weights.per_gpu_bytes - activation - non_torch
+            if graph_in_budget:
+                available -= cuda_graph
+        where = f" (pipeline stage {stage.rank})" if pp > 1 else ""
+        if weights.per_gpu_bytes > requested:
+            errors.append(
+                f"weights need {_gib(weights.per_gpu_bytes):.2f} GiB per GPU{where} but "
+                f"gpu_memory_utilization {util} x {_gib(total):.2f} GiB allows "
+                f"{_gib(requested):.2f} GiB: raise tensor_parallel_size"
+                + (" or pipeline_parallel_size" if pp > 1 else "")
+                + ", quantize, or use a larger GPU"
+            )
+        elif available <= 0:
+            errors.append(
+                f"no memory left for the KV cache after weights and activations{where}: raise "
+                "gpu_memory_utilization, lower max_num_batched_tokens, or raise "
+                "tensor_parallel_size"
+            )
+        layout = kv_layout(part_profile, tp, kv_bytes, block_size)
+        parts.append(_StageMemory(stage, weights.per_gpu_bytes, activation, non_torch,
+                                  cuda_graph, available, layout))
+
+    # The KV pool: blocks, the length that fits, concurrency (the tightest stage decides).
     if length.auto:
-        max_len = max_model_len_that_fits(
-            layout, avail_bytes, profile.max_position_embeddings, max_num_batched_tokens
+        max_len = min(
+            max_model_len_that_fits(
+                part.layout, part.avail_bytes, profile.max_position_embeddings,
+                max_num_batched_tokens,
+            )
+            for part in parts
         )
         if max_len == 0 and not errors:
             errors.append("cannot auto-fit max_model_len: not enough memory for a single token")
-    num_blocks = layout.num_blocks(avail_bytes) if layout.page_bytes else 0
-    per_request = layout.blocks_per_request(max_len, max_num_batched_tokens) if layout.groups else 0
-    concurrency = num_blocks / per_request if per_request else 0.0
-    needed = layout.bytes_per_request(max_len, max_num_batched_tokens) if layout.groups else 0
-    if available > 0 and needed > available and not length.auto:
-        fits_len = max_model_len_that_fits(layout, avail_bytes, max_len, max_num_batched_tokens)
-        errors.append(
-            f"P02: one request at max_model_len {max_len} needs {_gib(needed):.2f} GiB of KV cache "
-            f"but only {_gib(available):.2f} GiB is available; the largest length that fits is "
-            f"{fits_len}: lower max_model_len, use --kv-cache-dtype fp8, or raise "
-            "gpu_memory_utilization / tensor_parallel_size"
-        )
+    num_blocks = min(part.num_blocks for part in parts)
+    concurrency = min(
+        _concurrency(part.layout, num_blocks, max_len, max_num_batched_tokens) for part in parts
+    )
+    for part in parts:
+        layout, available = part.layout, part.available
+        needed = layout.bytes_per_request(max_len, max_num_batched_tokens) if layout.groups else 0
+        if available > 0 and needed > available and not length.auto:
+            fits_len = max_model_len_that_fits(
+                layout, part.avail_bytes, max_len, max_num_batched_tokens
+            )
+            where = f" on pipeline stage {part.stage.rank}" if pp > 1 else ""
+            errors.append(
+                f"P02: one request at max_model_len {max_len} needs {_gib(needed):.2f} GiB of "
+                f"KV cache{where} but only {_gib(available):.2f} GiB is available; the largest "
+                f"length that fits is {fits_len}: lower max_model_len, use --kv-cache-dtype "
+                "fp8, or raise gpu_memory_utilization / tensor_parallel_size"
+            )
     warnings += rules.utilization_warnings(
         util, fmt.quantized_bytes_per_param <= 1.01 and fmt.quantization is not None,
         profile.params.total,
@@ -253,21 +313,23 @@ def estimate_memory(
     if concurrency and concurrency < 1 <= max_num_seqs and not errors:
         warnings.append(f"P09: fewer than one request fits at {max_len} tokens")
 
+    worst = min(parts, key=lambda part: (part.num_blocks, -part.weights, part.stage.rank))
+    full_layout = worst.layout if pp == 1 else kv_layout(profile, tp, kv_bytes, block_size)
     return MemoryEstimate(
         total_memory_gib=_gib(total),
         requested_memory_gib=_gib(requested),
-        weights_gib=_gib(weights.per_gpu_bytes),
-        activation_gib=_gib(activation),
-        non_torch_gib=_gib(non_torch),
-        cuda_graph_gib=_gib(cuda_graph),
+        weights_gib=_gib(worst.weights),
+        activation_gib=_gib(worst.activation),
+        non_torch_gib=_gib(worst.non_torch),
+        cuda_graph_gib=_gib(worst.cuda_graph),
         cuda_graph_in_budget=graph_in_budget,
         cuda_context_gib=_gib(overheads.CUDA_CONTEXT_BYTES),
-        kv_cache_gib=_gib(avail_bytes),
-        kv_bytes_per_token=layout.bytes_per_token_total,
-        kv_bytes_per_token_per_gpu=layout.bytes_per_token_per_gpu,
-        block_size=layout.block_size,
+        kv_cache_gib=_gib(worst.avail_bytes),
+        kv_bytes_per_token=full_layout.bytes_per_token_total,
+        kv_bytes_per_token_per_gpu=worst.layout.bytes_per_token_per_gpu,
+        block_size=worst.layout.block_size,
         num_gpu_blocks=num_blocks,
-        kv_cache_tokens=_kv_tokens(layout, num_blocks, concurrency, max_len, era),
+        kv_cache_tokens=_kv_tokens(worst.layout, num_blocks, concurrency, max_len, era),
         max_model_len=max_len,
         max_concurrency=round(concurrency, 2),
         max_num_seqs=max_num_seqs,
@@ -281,4 +343,30 @@ def estimate_memory(
         fits=not errors,
         warnings=warnings,
         errors=errors,
+        pipeline_parallel_size=pp,
+        worst_rank=worst.stage.rank,
+        ranks=[_rank_memory(part) for part in parts] if pp > 1 else [],
+    )
+
+
+def _concurrency(
+    layout: KvLayout, num_blocks: int, max_len: int, max_num_batched_tokens: int
+) -> float:
+    per_request = layout.blocks_per_request(max_len, max_num_batched_tokens) if layout.groups \
+        else 0
+    return num_blocks / per_request if per_request else 0.0
+
+
+def _rank_memory(part: _StageMemory) -> RankMemory:
+    return RankMemory(
+        rank=part.stage.rank,
+        start_layer=part.stage.start_layer,
+        end_layer=part.stage.end_layer,
+        weights_gib=_gib(part.weights),
+        activation_gib=_gib(part.activation),
+        non_torch_gib=_gib(part.non_torch),
+        cuda_graph_gib=_gib(part.cuda_graph),
+        kv_cache_gib=_gib(part.avail_bytes),
+        num_gpu_blocks=part.num_blocks,
+        kv_bytes_per_token_per_gpu=part.layout.bytes_per_token_per_gpu,
     )

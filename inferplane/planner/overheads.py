@@ -69,9 +69,11 @@ def activation_peak_bytes(
     return forward + sampler
 
 
-def non_torch_bytes(tp: int, era: str = "v1new") -> int:
+def non_torch_bytes(tp: int, era: str = "v1new", pp: int = 1) -> int:
+    """Per GPU. Pipeline stages talk over NCCL too (send/recv between stages); the TP figure
+    is used for them as well, an assumption no published multi-node log has checked yet."""
     base = NON_TORCH_V0_BYTES if era == "v0" else NON_TORCH_BASE_BYTES
-    return base + (NON_TORCH_TP_BYTES if tp > 1 else 0)
+    return base + (NON_TORCH_TP_BYTES if tp > 1 or pp > 1 else 0)
 
 
 def cuda_graph_capture_sizes(max_num_seqs: int, vllm_version: str) -> list[int]:

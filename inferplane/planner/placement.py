@@ -1,8 +1,10 @@
 """The placement problem both placers solve: GPU slots, items to place, and an assignment.
 
 A `Slot` is one physical GPU; an `Item` is one replica with a `Shape` per GPU type it may
-use. Capacities and demands are integer units of 1/10,000 card (`sizing.UNITS`); an item's
-demand on each GPU of its TP group is its utilization share plus its CUDA context (P01).
+use; a `Choice` is its GPU group on one node - or, for a shape with pipeline stages, one
+group per node (`ranks`, rank 0 first; those GPUs hold nothing else). Capacities and
+demands are integer units of 1/10,000 card (`sizing.UNITS`); an item's demand on each GPU
+of its TP group is its utilization share plus its CUDA context (P01).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class Item:
 
     def size_key(self) -> tuple[int, int]:
         """For first-fit-decreasing: GPUs per replica, then the largest demand."""
-        tp = max(s.tensor_parallel_size for s in self.shapes.values())
+        tp = max(s.gpus for s in self.shapes.values())
         units = max(s.min_units if self.elastic else s.want_units for s in self.shapes.values())
         return tp, units
 
@@ -58,8 +60,21 @@ class Item:
 @dataclass(frozen=True)
 class Choice:
     gpu_type: str
-    node: str
-    indices: tuple[int, ...]
+    node: str  # rank 0's node when the replica spans nodes
+    indices: tuple[int, ...]  # rank 0's GPUs
+    ranks: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPUs) per stage, PP > 1
+
+    @property
+    def spans_nodes(self) -> bool:
+        return len(self.ranks) > 1
+
+    def groups(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """(node, GPU indices) of every node the replica uses, rank 0 first."""
+        return self.ranks or ((self.node, self.indices),)
+
+    def gpus(self) -> list[tuple[str, int]]:
+        """Every (node, index) the replica uses."""
+        return [(node, index) for node, indices in self.groups() for index in indices]
 
 
 @dataclass
@@ -73,7 +88,7 @@ class Placement:
     optimal: bool = False
 
     def gpus_used(self) -> int:
-        return len({(c.node, i) for c in self.choices.values() for i in c.indices})
+        return len({key for c in self.choices.values() for key in c.gpus()})
 
 
 def node_groups(slots: list[Slot], tp: int) -> list[tuple[tuple[int, ...], bool]]:

@@ -53,6 +53,8 @@ class PlanRank(_PlanModel):
     gpu_uuids: list[str] | None = None
     argv: list[str]  # the exact command on this node; may contain LEADER_ADDRESS_TOKEN
     env: dict[str, str]
+    layers: list[int] | None = None  # [start, end) of the decoder layers this stage holds
+    memory: InstanceMemory | None = None  # per GPU of this node (KV tokens: the replica's)
 
 
 class PlanInstance(_PlanModel):

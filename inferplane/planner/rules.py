@@ -33,6 +33,30 @@ def tensor_parallel_errors(profile: ModelProfile, tp: int) -> list[str]:
     ]
 
 
+def pipeline_parallel_errors(
+    profile: ModelProfile, pp: int, partition: tuple[int, ...] | None = None
+) -> list[str]:
+    """vLLM gives every pipeline stage at least one decoder layer (`get_pp_indices`); an
+    explicit VLLM_PP_LAYER_PARTITION must have one positive count per stage summing to the
+    layers."""
+    layers = profile.num_layers
+    if pp < 1:
+        return [f"pipeline_parallel_size must be >= 1, got {pp}"]
+    if pp > layers:
+        return [
+            f"pipeline_parallel_size {pp} exceeds the model's {layers} decoder layers: a "
+            f"stage would hold none; use at most {layers}"
+        ]
+    if partition is not None and (
+        len(partition) != pp or sum(partition) != layers or min(partition) < 1
+    ):
+        return [
+            f"VLLM_PP_LAYER_PARTITION {','.join(map(str, partition))} must give {pp} positive "
+            f"layer counts summing to the model's {layers} layers"
+        ]
+    return []
+
+
 def quantization_dtype_errors(
     quantization: str | None, dtype: str, explicit_quantization: bool, gpu: GpuSpec | None
 ) -> list[str]:

@@ -19,6 +19,10 @@ Fractions are integer units of 1/10,000 of a card so packing is exact arithmetic
   sizes (1, 2, 4, 8) (P05) before giving up; enforce_eager is never chosen silently (P33).
 * max_model_len "auto": the model's maximum when one request of it fits, else the longest
   that fits at the card budget.
+* pipeline_parallel_size (replicas that span nodes): an explicit N sizes every stage - one
+  node with TP GPUs each, holding ~1/N of the layers (`inferplane.planner.pipeline`) - and
+  the shape's numbers are the heaviest stage's (one utilization for all stages); "auto"
+  tries 1 first and N = 2, 3, ... (nodes of the GPU type) only when nothing fits one node.
 """
 
 from __future__ import annotations
@@ -33,6 +37,13 @@ from inferplane.planner import overheads, rules
 from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
 from inferplane.planner.kv_cache import kv_dtype_bytes, kv_layout
 from inferplane.planner.memory import AUTO_MAX_MODEL_LEN, estimate_memory
+from inferplane.planner.pipeline import (
+    PP_PARTITION_ENV,
+    Stage,
+    parse_partition,
+    stage_profile,
+    stages,
+)
 from inferplane.planner.weights import DTYPE_BYTES, resolve_dtype, resolve_quantization
 from inferplane.spec import ModelSpec
 
@@ -55,6 +66,13 @@ class GpuType:
     total_bytes: int
     spec: GpuSpec | None
     max_gpus_per_node: int
+    node_gpu_counts: tuple[int, ...] = ()  # GPUs of this type on each node; () = unknown
+
+    def nodes_with(self, gpus: int) -> int:
+        """Nodes with at least `gpus` GPUs of this type (1 when the inventory is unknown)."""
+        if not self.node_gpu_counts:
+            return 1 if gpus <= self.max_gpus_per_node else 0
+        return sum(1 for count in self.node_gpu_counts if count >= gpus)
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,15 @@ class Shape:
     target_seqs: int
     warnings: tuple[str, ...] = field(default_factory=tuple)
     wider: tuple[int, float] | None = None  # (TP, concurrency) a larger TP would reach
+    # Nodes per replica (pipeline stages); the byte and unit figures above are then per GPU
+    # of the heaviest stage. `pipeline_layers`: decoder layers per stage (empty for one).
+    pipeline_parallel_size: int = 1
+    pipeline_layers: tuple[int, ...] = ()
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica takes, over all its nodes."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     def outside_units_for(self, total_bytes: int) -> int:
         return math.ceil(self.outside_bytes * UNITS / total_bytes)
@@ -95,11 +122,16 @@ class SizingFailure:
     reason: str
     best_tp: int | None
     best_estimate: MemoryEstimate | None
+    best_pp: int = 1
 
 
 def base_settings(model: ModelSpec, version: str) -> EngineSettings:
     return EngineSettings(
         tensor_parallel_size=1,
+        pipeline_parallel_size=(
+            model.pipeline_parallel_size if isinstance(model.pipeline_parallel_size, int) else 1
+        ),
+        pipeline_layer_partition=parse_partition(model.env.get(PP_PARTITION_ENV)),
         gpu_memory_utilization=1.0,
         max_model_len=None if model.max_model_len == "auto" else model.max_model_len,
         max_num_seqs=model.max_num_seqs,
@@ -140,12 +172,72 @@ def size_model(
 ) -> Shape | SizingFailure:
     """The shape of one replica of `model` on `gpu`, or why there is none. A `colocated`
     model (a colocate_with hint either way) takes the smallest TP where one request fits:
-    it shares a card and grows into what is left."""
+    it shares a card and grows into what is left. Pipeline stages: see the module doc."""
     base = settings or base_settings(model, version)
+    best: SizingFailure | None = None
+    for pp in _pipeline_options(model, profile, gpu, base, colocated):
+        result = _size_at(
+            model, profile, gpu, replace(base, pipeline_parallel_size=pp),
+            budget_fraction=budget_fraction, colocated=colocated,
+        )
+        if isinstance(result, Shape):
+            return result
+        if best is None or _better_failure(result, best):
+            best = result
+    assert best is not None
+    return best
+
+
+def _pipeline_options(
+    model: ModelSpec, profile: ModelProfile, gpu: GpuType, base: EngineSettings,
+    colocated: bool,
+) -> list[int]:
+    """Explicit: that size. auto: 1, then 2, 3, ... up to the nodes of this GPU type (never
+    for a model pinned to a node or sharing GPUs)."""
+    if model.pipeline_parallel_size != "auto":
+        return [base.pipeline_parallel_size]
+    if model.placement.node is not None or colocated:
+        return [1]
+    most = min(gpu.nodes_with(1), profile.num_layers)
+    return list(range(1, max(1, most) + 1))
+
+
+def _better_failure(new: SizingFailure, old: SizingFailure) -> bool:
+    if new.best_estimate is None or old.best_estimate is None:
+        return old.best_estimate is None and new.best_estimate is not None
+    return new.best_estimate.kv_cache_gib > old.best_estimate.kv_cache_gib
+
+
+def _size_at(
+    model: ModelSpec,
+    profile: ModelProfile,
+    gpu: GpuType,
+    base: EngineSettings,
+    *,
+    budget_fraction: float,
+    colocated: bool,
+) -> Shape | SizingFailure:
+    """The shape at `base.pipeline_parallel_size` stages."""
+    pp = base.pipeline_parallel_size
+    if pp > 1 or base.pipeline_layer_partition is not None:
+        problem = _pipeline_problem(profile, pp, base)
+        if problem is not None:
+            return SizingFailure(gpu.name, problem, None, None, pp)
     if model.tensor_parallel_size == "auto":
         candidates = rules.valid_tp_sizes(profile, limit=gpu.max_gpus_per_node)
     else:
         candidates = [model.tensor_parallel_size]
+    if pp > 1:
+        candidates = [tp for tp in candidates if gpu.nodes_with(tp) >= pp]
+        if not candidates:
+            tp = model.tensor_parallel_size if isinstance(model.tensor_parallel_size, int) else 1
+            return SizingFailure(
+                gpu.name,
+                f"pipeline_parallel_size {pp} needs {pp} nodes with {tp} {gpu.name} GPU(s) "
+                f"each; {gpu.nodes_with(tp)} of the inventory's {gpu.nodes_with(1)} "
+                f"{gpu.name} node(s) have them",
+                None, None, pp,
+            )
     if not candidates:
         return SizingFailure(gpu.name, "no valid tensor-parallel size fits one node", None, None)
     max_len = base.max_model_len
@@ -194,6 +286,11 @@ def size_model(
     return best
 
 
+def _pipeline_problem(profile: ModelProfile, pp: int, settings: EngineSettings) -> str | None:
+    errors = rules.pipeline_parallel_errors(profile, pp, settings.pipeline_layer_partition)
+    return errors[0] if errors else None
+
+
 def _meets_target(shape: Shape) -> bool:
     return shape.want_units >= shape.full_units or shape.fixed_utilization
 
@@ -213,7 +310,7 @@ def _shrunk_sizes(settings: EngineSettings) -> tuple[int, ...]:
     return tuple(s for s in SHRUNK_CAPTURE_SIZES if s <= seqs) or (1,)
 
 
-def _graph_bytes(profile: ModelProfile, sizes: list[int] | tuple[int, ...]) -> int:
+def graph_bytes(profile: ModelProfile, sizes: list[int] | tuple[int, ...]) -> int:
     return (
         overheads.CUDA_GRAPH_BASE_BYTES
         + len(sizes) * profile.num_layers * overheads.CUDA_GRAPH_BYTES_PER_SIZE_LAYER
@@ -232,31 +329,21 @@ def _shape_at(
     fixed_util: bool,
 ) -> Shape | SizingFailure:
     tp = settings.tensor_parallel_size
+    pp = settings.pipeline_parallel_size
+    at = f"TP {tp}" + (f" on each of {pp} nodes" if pp > 1 else "")
     probe = replace(settings, kv_cache_memory_bytes=None, gpu_memory_utilization=1.0)
     est = estimate_memory(profile, probe, gpu=gpu.spec, gpu_memory_bytes=gpu.total_bytes)
     if est.errors and est.kv_cache_gib <= 0:
-        return SizingFailure(gpu.name, est.errors[0], tp, est)
+        return SizingFailure(gpu.name, est.errors[0], tp, est, pp)
     hard = [e for e in est.errors if not e.startswith("P02")]
     if hard:
-        return SizingFailure(gpu.name, hard[0], tp, est)
-    graph = int(est.cuda_graph_gib * GIB)
+        return SizingFailure(gpu.name, hard[0], tp, est, pp)
     sizes = capture_sizes or (tuple(user_sizes) if user_sizes is not None else None)
-    if sizes is not None and not settings.enforce_eager:
-        graph = _graph_bytes(profile, sizes)
-    weights = int(est.weights_gib * GIB)
-    in_budget = weights + int(est.activation_gib * GIB) + int(est.non_torch_gib * GIB)
-    outside = overheads.CUDA_CONTEXT_BYTES
-    if est.cuda_graph_in_budget:
-        in_budget += graph
-    else:
-        outside += graph
-    in_budget += REDUNDANCY_BYTES
-    dtype = resolve_dtype(profile, settings.dtype)
-    layout = kv_layout(
-        profile, tp, kv_dtype_bytes(settings.kv_cache_dtype, DTYPE_BYTES[dtype]), est.block_size
-    )
     assert settings.max_model_len is not None
-    per_request = layout.bytes_per_request(settings.max_model_len, est.max_num_batched_tokens)
+    needs = _stage_needs(profile, settings, est, sizes)
+    in_budget = max(need.in_budget for need in needs)
+    outside = max(need.outside for need in needs)
+    per_request = max(need.per_request for need in needs)
     headroom = headroom_for(profile, settings)
     total = gpu.total_bytes
     cap = int(budget_fraction * UNITS) - math.ceil(outside * UNITS / total)
@@ -266,8 +353,14 @@ def _shape_at(
             in_budget + settings.kv_cache_memory_bytes, headroom, total
         )
     else:
-        minimum = _units_for(in_budget + per_request + layout.page_bytes, headroom, total)
-        full = _units_for(in_budget + target * per_request, headroom, total)
+        minimum = max(
+            _units_for(need.in_budget + need.per_request + need.page_bytes, headroom, total)
+            for need in needs
+        )
+        full = max(
+            _units_for(need.in_budget + target * need.per_request, headroom, total)
+            for need in needs
+        )
         band = int(safe_band(profile, settings) * UNITS)
         want = max(minimum, min(full, band, cap))
     if fixed_util:
@@ -277,24 +370,24 @@ def _shape_at(
             return SizingFailure(
                 gpu.name,
                 f"gpu_memory_utilization {model.gpu_memory_utilization} leaves no room for one "
-                f"{settings.max_model_len}-token request at TP {tp} (needs "
+                f"{settings.max_model_len}-token request at {at} (needs "
                 f"{minimum / UNITS:.3f})",
-                tp, est,
+                tp, est, pp,
             )
         minimum = want = explicit
     if minimum > cap:
         return SizingFailure(
             gpu.name,
-            f"needs {minimum / UNITS:.3f} of each {gpu.name} at TP {tp} (one "
+            f"needs {minimum / UNITS:.3f} of each {gpu.name} at {at} (one "
             f"{settings.max_model_len}-token request) but the card budget leaves "
             f"{cap / UNITS:.3f}",
-            tp, est,
+            tp, est, pp,
         )
     warnings: list[str] = []
     if capture_sizes is not None:
         warnings.append(
             f"P05: {model.name}: CUDA-graph capture sizes shrunk to {list(capture_sizes)} "
-            f"so it fits {gpu.name} at TP {tp}"
+            f"so it fits {gpu.name} at {at}"
         )
     return Shape(
         gpu_type=gpu.name,
@@ -312,7 +405,66 @@ def _shape_at(
         capture_sizes=capture_sizes,
         target_seqs=target,
         warnings=tuple(warnings),
+        pipeline_parallel_size=pp,
+        pipeline_layers=(
+            tuple(s.num_layers for s in _stages_of(profile, settings)) if pp > 1 else ()
+        ),
     )
+
+
+@dataclass(frozen=True)
+class _StageNeed:
+    """Per GPU of one pipeline stage (the whole model when PP is 1)."""
+
+    in_budget: int  # inside the utilization budget, besides the KV cache
+    outside: int  # CUDA context (+ graphs before 0.21)
+    per_request: int  # KV of one request at max_model_len
+    page_bytes: int
+
+
+def _stages_of(profile: ModelProfile, settings: EngineSettings) -> list[Stage]:
+    return stages(profile.num_layers, settings.pipeline_parallel_size,
+                  settings.pipeline_layer_partition)
+
+
+def _stage_needs(
+    profile: ModelProfile,
+    settings: EngineSettings,
+    est: MemoryEstimate,
+    sizes: tuple[int, ...] | None,
+) -> list[_StageNeed]:
+    figures: list[tuple[ModelProfile, float, float, float, float]]
+    if est.ranks:
+        figures = [
+            (stage_profile(profile, stage), r.weights_gib, r.activation_gib, r.non_torch_gib,
+             r.cuda_graph_gib)
+            for stage, r in zip(_stages_of(profile, settings), est.ranks, strict=True)
+        ]
+    else:
+        figures = [(profile, est.weights_gib, est.activation_gib, est.non_torch_gib,
+                    est.cuda_graph_gib)]
+    dtype = resolve_dtype(profile, settings.dtype)
+    kv_bytes = kv_dtype_bytes(settings.kv_cache_dtype, DTYPE_BYTES[dtype])
+    assert settings.max_model_len is not None
+    needs: list[_StageNeed] = []
+    for part, weights_gib, activation_gib, non_torch_gib, graph_gib in figures:
+        graph = int(graph_gib * GIB)
+        if sizes is not None and not settings.enforce_eager:
+            graph = graph_bytes(part, sizes)
+        weights = int(weights_gib * GIB)
+        in_budget = weights + int(activation_gib * GIB) + int(non_torch_gib * GIB)
+        outside = overheads.CUDA_CONTEXT_BYTES
+        if est.cuda_graph_in_budget:
+            in_budget += graph
+        else:
+            outside += graph
+        in_budget += REDUNDANCY_BYTES
+        layout = kv_layout(part, settings.tensor_parallel_size, kv_bytes, est.block_size)
+        per_request = layout.bytes_per_request(
+            settings.max_model_len, est.max_num_batched_tokens
+        )
+        needs.append(_StageNeed(in_budget, outside, per_request, layout.page_bytes))
+    return needs
 
 
 def _auto_length(

@@ -7,6 +7,10 @@ one option per item, per-GPU capacity in card units (P01), exclusivity, co-locat
 bound: only the nodes greedy used (plus every node when greedy failed) are modelled, and
 the solver's answer is kept only when it is at least as good.
 
+Replicas that span nodes (pipeline stages) are not modelled: greedy places them first
+(largest first) and `solve_around_spanning` hands the solver the other replicas and the
+GPUs those left free.
+
 Determinism: one search worker, a fixed seed and a *deterministic* time limit
 (`max_deterministic_time`), so the same fleet gives the same plan on any machine.
 """
@@ -121,6 +125,34 @@ def solve(
     return result
 
 
+def solve_around_spanning(
+    items: list[Item],
+    slots: list[Slot],
+    greedy: Placement,
+    *,
+    time_limit_s: float,
+) -> Placement | None:
+    """`solve` for everything but the replicas greedy placed across nodes, which are kept
+    as they are (with their GPUs taken out of the problem)."""
+    fixed = {item_id: c for item_id, c in greedy.choices.items() if c.spans_nodes}
+    if not fixed:
+        return solve(items, slots, greedy, time_limit_s=time_limit_s)
+    taken = {key for choice in fixed.values() for key in choice.gpus()}
+    rest = Placement(
+        choices={k: c for k, c in greedy.choices.items() if k not in fixed},
+        unplaced=list(greedy.unplaced), notes=greedy.notes, solver=greedy.solver,
+        optimal=greedy.optimal,
+    )
+    solved = solve(
+        [i for i in items if i.id not in fixed], [s for s in slots if s.key not in taken],
+        rest, time_limit_s=time_limit_s,
+    )
+    if solved is None:
+        return None
+    solved.choices.update(fixed)
+    return solved
+
+
 def _cost(placement: Placement) -> tuple[int, int]:
     nodes = {c.node for c in placement.choices.values()}
     return placement.gpus_used(), len(nodes)
@@ -136,6 +168,8 @@ def _options(items: list[Item], slots: list[Slot]) -> list[_Option] | None:
             shape = item.shapes.get(gpu_type)
             if shape is None or (item.nodes is not None and node not in item.nodes):
                 continue
+            if shape.pipeline_parallel_size > 1:
+                continue  # spanning replicas are greedy's (solve_around_spanning)
             tp = shape.tensor_parallel_size
             demand = item.demand(gpu_type, node_slots[0].total_bytes)
             if demand > node_slots[0].capacity_units:

@@ -9,7 +9,7 @@ vocabulary; norms, and MLA's low-rank down-projections, are replicated on every 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferplane.errors import InferplaneError
 from inferplane.models.profile import ModelProfile
@@ -194,3 +194,24 @@ def weight_bytes(profile: ModelProfile, fmt: WeightFormat, tp: int) -> WeightBre
             loaded, int(per_gpu * scale), "safetensors"
         )
     return WeightBreakdown(int(total), int(per_gpu), "config")
+
+
+def stage_weight_bytes(
+    profile: ModelProfile, fmt: WeightFormat, tp: int, stage: ModelProfile
+) -> WeightBreakdown:
+    """Weights of one pipeline stage (`inferplane.planner.pipeline.stage_profile`) per GPU;
+    `total_bytes` stays the whole model's. With real file sizes the stage keeps the model's
+    file-size / arithmetic ratio. `stage is profile` (one stage) is `weight_bytes` itself."""
+    full = weight_bytes(profile, fmt, tp)
+    if stage is profile:
+        return full
+    part = weight_bytes(stage, fmt, tp)
+    if full.source != "safetensors":
+        return WeightBreakdown(full.total_bytes, part.per_gpu_bytes, "config")
+    computed = weight_bytes(
+        replace(profile, weight_bytes_on_disk=None, weight_bytes_loaded=None,
+                params_source="config"),
+        fmt, tp,
+    )
+    scale = full.total_bytes / computed.total_bytes if computed.total_bytes else 1.0
+    return WeightBreakdown(full.total_bytes, int(part.per_gpu_bytes * scale), "safetensors")

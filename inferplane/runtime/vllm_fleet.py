@@ -179,13 +179,36 @@ def plan_vllm_instances(
 
     `vllm` is replaced by `vllm_command(vllm_binary)`; engines listen on `host`
     (127.0.0.1: only the gateway talks to them) unless the plan's argv says `--host`.
-    `start_after` keeps only instances on this node."""
+    `start_after` keeps only instances on this node. A plan with replicas that span nodes
+    is refused: `up` runs one host (see `refuse_spanning_replicas`)."""
+    refuse_spanning_replicas(plan)
     mine = [inst for inst in plan.instances if inst.node == node]
     local = {inst.id for inst in mine}
     command = vllm_command(vllm_binary)
     return [
         _instance(inst, command, local, disk_bandwidth_mib_s, host) for inst in mine
     ]
+
+
+def refuse_spanning_replicas(plan: Plan) -> None:
+    """`inferplane up` supervises processes on one host; a replica whose pipeline stages
+    run on several nodes needs every node started together, which the deploy targets do."""
+    spanning = [inst for inst in plan.instances if inst.spans_nodes]
+    if not spanning:
+        return
+    models = sorted({inst.model for inst in spanning})
+    first = spanning[0]
+    nodes = ", ".join(rank.node for rank in first.ranks) or first.node
+    raise InferplaneError(
+        f"{', '.join(models)} {'spans' if len(models) == 1 else 'span'} several nodes "
+        f"(pipeline_parallel_size {first.pipeline_parallel_size}: {first.id} runs on "
+        f"{nodes}); `inferplane up` runs the engines of one host",
+        field=f"models.{models[0]}.pipeline_parallel_size",
+        value=first.pipeline_parallel_size,
+        fix="deploy the fleet with `inferplane render FLEET.yaml --target k8s` (or "
+        "--target systemd), or set pipeline_parallel_size: 1 on a node large enough to "
+        "hold a replica",
+    )
 
 
 def _instance(

@@ -20,6 +20,8 @@ OWNED_FLAGS: dict[str, str] = {
     "served-model-name": "served_model_name",
     "tensor-parallel-size": "tensor_parallel_size",
     "tp": "tensor_parallel_size",
+    "pipeline-parallel-size": "pipeline_parallel_size",
+    "pp": "pipeline_parallel_size",
     "gpu-memory-utilization": "gpu_memory_utilization",
     "max-model-len": "max_model_len",
     "max-num-seqs": "max_num_seqs",
@@ -40,6 +42,11 @@ OWNED_FLAGS: dict[str, str] = {
 ASSIGNED_FLAGS: dict[str, str] = {
     "port": "the runtime assigns each instance a port",
     "host": "the runtime binds engines to 127.0.0.1 behind the gateway",
+    **dict.fromkeys(
+        ("nnodes", "node-rank", "master-addr", "master-port", "headless"),
+        "the planner sets it on each node of a replica that spans nodes "
+        "(pipeline_parallel_size)",
+    ),
 }
 
 

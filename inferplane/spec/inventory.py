@@ -17,6 +17,9 @@ Interconnect = Literal["nvlink", "pcie", "auto"]
 GpuSharing = Literal["none", "mig", "hami"]
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+# NCCL_SOCKET_IFNAME syntax: names or prefixes, comma-separated, optionally `^` (exclude)
+# or `=` (exact match) first.
+_IFNAME = re.compile(r"^[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
 MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb$")  # e.g. 1g.10gb, 3g.40gb (nvidia.com/mig-<profile>)
 
 
@@ -33,6 +36,10 @@ class NodeSpec(SpecModel):
     # HAMi virtual GPUs (`nvidia.com/gpumem`, `nvidia.com/gpucores`).
     sharing: GpuSharing = "none"
     mig_profile: StrictStr | None = None  # required with sharing: mig, e.g. 3g.40gb
+    # The NIC that links this node to the others (e.g. eth0, ib0, or NCCL's `^docker,lo`):
+    # replicas spanning nodes get NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME from it (P34).
+    # Unset: NCCL and Gloo pick an interface themselves.
+    network_interface: StrictStr | None = None
 
     @field_validator("name")
     @classmethod
@@ -58,6 +65,18 @@ class NodeSpec(SpecModel):
                 "mig_profile",
                 "MIG profile must look like <slices>g.<memory>gb",
                 {"fix": "use the profile name nvidia-smi mig -lgip shows, e.g. 3g.40gb"},
+            )
+        return value
+
+    @field_validator("network_interface")
+    @classmethod
+    def _network_interface(cls, value: str | None) -> str | None:
+        if value is not None and not _IFNAME.match(value):
+            raise PydanticCustomError(
+                "network_interface",
+                "not an interface name or NCCL_SOCKET_IFNAME list",
+                {"fix": "give the interface `ip -br addr` shows on the node, e.g. eth0 or "
+                        "ib0 (a prefix such as eth matches eth0, eth1, ...)"},
             )
         return value
 

@@ -146,6 +146,7 @@ ENGINE_FIELDS: tuple[str, ...] = (
     "max_model_len",
     "max_num_batched_tokens",
     "tensor_parallel_size",
+    "pipeline_parallel_size",
     "replicas",
     "gpu_memory_utilization",
     "kv_cache_memory_gib",
@@ -173,6 +174,9 @@ class ModelSpec(SpecModel):
     max_num_seqs: PositiveInt | None = None  # for endpoints: the gateway's per-endpoint cap
     max_num_batched_tokens: PositiveInt | None = None
     tensor_parallel_size: AutoOrPositiveInt = "auto"  # auto: smallest that fits (P16)
+    # Nodes per replica (pipeline stages, each with tensor_parallel_size GPUs): 1 keeps a
+    # replica on one node; "auto" spans nodes only when no single node can hold it.
+    pipeline_parallel_size: AutoOrPositiveInt = 1
     replicas: int = Field(default=1, strict=True, ge=0)
     gpu_memory_utilization: AutoOrFraction = "auto"  # fraction of the whole card (P01)
     kv_cache_memory_gib: PositiveFloat | None = None  # fixed KV pool (vLLM --kv-cache-memory)
@@ -287,6 +291,7 @@ class ModelSpec(SpecModel):
             )
         if self.endpoints is not None:
             self._check_endpoint_only()
+        self._check_spanning()
         if self.task == "embed" and self.max_tokens_cap is not None:
             raise issues_error(
                 [
@@ -299,6 +304,31 @@ class ModelSpec(SpecModel):
                 ]
             )
         return self
+
+    def _check_spanning(self) -> None:
+        """A replica that spans nodes takes whole TP groups on several nodes, alone."""
+        pp = self.pipeline_parallel_size
+        if not isinstance(pp, int) or pp == 1:
+            return
+        issues: list[Issue] = []
+        if self.placement.node is not None:
+            issues.append(Issue(
+                ("placement", "node"),
+                f"a replica with pipeline_parallel_size {pp} spans {pp} nodes and cannot be "
+                "pinned to one",
+                self.placement.node,
+                "drop placement.node (placement.gpu_type picks the nodes' GPU type), or set "
+                "pipeline_parallel_size: 1",
+            ))
+        if self.placement.colocate_with:
+            issues.append(Issue(
+                ("placement", "colocate_with"),
+                "a replica that spans nodes (pipeline_parallel_size > 1) never shares its GPUs",
+                list(self.placement.colocate_with),
+                "remove colocate_with, or set pipeline_parallel_size: 1",
+            ))
+        if issues:
+            raise issues_error(issues)
 
     def _check_endpoint_only(self) -> None:
         issues = [
@@ -331,6 +361,11 @@ class ModelSpec(SpecModel):
     def client_names(self) -> tuple[str, ...]:
         """Every name a client may send for this model: its name, then its aliases."""
         return (self.name, *self.aliases)
+
+    @property
+    def spans_nodes(self) -> bool:
+        """An explicit pipeline_parallel_size > 1: every replica spans that many nodes."""
+        return isinstance(self.pipeline_parallel_size, int) and self.pipeline_parallel_size > 1
 
     @property
     def source_is_hf_id(self) -> bool:

@@ -20,6 +20,7 @@ def reference_issues(fleet: FleetSpec) -> list[Issue]:
     issues += _unique_names(fleet)
     issues += _aliases(fleet)
     issues += _placement(fleet)
+    issues += _pipeline(fleet)
     issues += _routes(fleet)
     issues += _scaling(fleet)
     return issues
@@ -91,6 +92,17 @@ def _placement(fleet: FleetSpec) -> list[Issue]:
                         "remove it from colocate_with",
                     )
                 )
+            elif target.spans_nodes:
+                issues.append(
+                    Issue(
+                        loc,
+                        f"model {other!r} spans nodes (pipeline_parallel_size "
+                        f"{target.pipeline_parallel_size}) and shares no GPU",
+                        other,
+                        f"remove it from colocate_with or set pipeline_parallel_size: 1 on "
+                        f"{other!r}",
+                    )
+                )
             elif target.placement.exclusive:
                 issues.append(
                     Issue(
@@ -138,6 +150,62 @@ def _node_and_type(fleet: FleetSpec, model: ModelSpec, base: tuple[str | int, ..
                     f"use one of: {', '.join(types)}",
                 )
             )
+    return issues
+
+
+def _pipeline(fleet: FleetSpec) -> list[Issue]:
+    """A replica that spans N nodes needs N nodes of one GPU type, each with its TP GPUs."""
+    issues: list[Issue] = []
+    for index, model in enumerate(fleet.models):
+        if model.is_endpoint or not model.spans_nodes:
+            continue
+        pp = model.pipeline_parallel_size
+        assert isinstance(pp, int)
+        loc: tuple[str | int, ...] = ("models", index, "pipeline_parallel_size")
+        if fleet.engine.kind == "sim":
+            issues.append(Issue(
+                loc,
+                f"engine: sim runs every replica as one simulated process on this host; "
+                f"pipeline_parallel_size {pp} spans {pp} nodes",
+                pp,
+                "use pipeline_parallel_size: 1 (or auto) with engine: sim; a real multi-node "
+                "replica runs with engine: vllm through `inferplane render --target k8s|systemd`",
+            ))
+            continue
+        if fleet.gpus is None:
+            issues.append(Issue(
+                loc,
+                f"gpus: discover reads the GPUs of one host; a replica with "
+                f"pipeline_parallel_size {pp} spans {pp} nodes",
+                pp,
+                "list the nodes under gpus: nodes: (one GPU type, enough GPUs on each), or use "
+                "pipeline_parallel_size: 1",
+            ))
+            continue
+        tp = model.tensor_parallel_size if isinstance(model.tensor_parallel_size, int) else 1
+        types = sorted({n.gpu_type for n in fleet.gpus.nodes})
+        if model.placement.gpu_type is not None:
+            types = [t for t in types if t == model.placement.gpu_type]
+        hosts = {t: [n for n in fleet.gpus.nodes if n.gpu_type == t and n.count >= tp]
+                 for t in types}
+        if any(len(nodes) >= pp for nodes in hosts.values()):
+            continue
+        best = max(types, key=lambda t: (len(hosts[t]), t)) if types else None
+        have = len(hosts[best]) if best is not None else 0
+        if isinstance(model.tensor_parallel_size, int):
+            need = f"{pp} nodes with {tp} {best or ''} GPU{'s' if tp > 1 else ''} each".replace(
+                "  ", " ")
+        else:
+            need = f"{pp} nodes of one GPU type"
+        listing = ", ".join(f"{n.name}: {n.count} x {n.gpu_type}" for n in fleet.gpus.nodes)
+        issues.append(Issue(
+            loc,
+            f"pipeline_parallel_size {pp} needs {need} (one node per pipeline stage); the "
+            f"inventory has {have} ({listing})",
+            pp,
+            "add nodes of that GPU type to gpus.nodes, or lower pipeline_parallel_size"
+            + (f" to {have}" if have > 1 else " to 1"),
+        ))
     return issues
 
 

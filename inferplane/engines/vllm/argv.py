@@ -33,6 +33,7 @@ class VllmArgs:
     tensor_parallel_size: int
     gpu_memory_utilization: float
     host: str | None = None
+    pipeline_parallel_size: int = 1  # > 1: one replica over that many nodes (multinode.py)
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     dtype: str = "auto"
@@ -60,6 +61,10 @@ def build_vllm_argv(
         "--port", str(args.port),
         "--max-model-len", str(args.max_model_len),
         "--tensor-parallel-size", str(args.tensor_parallel_size),
+    ]
+    if args.pipeline_parallel_size > 1:
+        argv += ["--pipeline-parallel-size", str(args.pipeline_parallel_size)]
+    argv += [
         "--gpu-memory-utilization", f"{args.gpu_memory_utilization:g}",
     ]
     if args.max_num_seqs is not None:
@@ -140,4 +145,9 @@ def _check_numbers(args: VllmArgs) -> None:
         raise InferplaneError(
             "tensor_parallel_size must be >= 1", field=f"{where}.tensor_parallel_size",
             value=args.tensor_parallel_size, fix="use 1, 2, 4 or 8",
+        )
+    if args.pipeline_parallel_size < 1:
+        raise InferplaneError(
+            "pipeline_parallel_size must be >= 1", field=f"{where}.pipeline_parallel_size",
+            value=args.pipeline_parallel_size, fix="use 1, or the number of nodes per replica",
         )

@@ -79,6 +79,12 @@ ADDED_FLAGS: dict[str, AddedFlag] = {
         ),
         AddedFlag("runner", (0, 10, 2), "--task embed"),
         AddedFlag("enable-log-requests", (0, 10, 2), "requests are logged by default"),
+        AddedFlag("pipeline-parallel-size", (0, 5, 1), "one node per replica (TP only)"),
+        # Multi-node replicas without Ray (the multiprocessing executor, vLLM PR 23691).
+        *(
+            AddedFlag(flag, (0, 12, 0), "a Ray cluster: --distributed-executor-backend ray")
+            for flag in ("nnodes", "node-rank", "master-addr", "master-port")
+        ),
     )
 }
 
