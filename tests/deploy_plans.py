@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 
 from inferplane.planner.plan import (
+    LEADER_ADDRESS_TOKEN,
     InstanceMemory,
     Plan,
     PlanGpu,
     PlanInstance,
+    PlanRank,
     PlanTotals,
 )
 from inferplane.spec import FleetSpec, parse_fleet
@@ -268,3 +270,85 @@ def mig(profile: str = "3g.40gb", llm_util: float = 0.4) -> tuple[FleetSpec, Pla
     gpus = [PlanGpu(node="h100-mig-1", index=0, type="H100-SXM-80GB", memory_gib=79.2,
                     budget_gib=75.2, used_gib=40.6, free_gib=34.6, instances=[emb, llm])]
     return fleet, _plan("/srv/mig.yaml", instances, gpus), text
+
+
+PP_FLEET = """\
+engine:
+  kind: vllm
+  version: "0.26.0"
+gpus:
+  nodes:
+    - {name: l40s-a, gpu_type: L40S, count: 2, interconnect: pcie,
+       labels: {nvidia.com/gpu.product: NVIDIA-L40S}}
+    - {name: l40s-b, gpu_type: L40S, count: 2, interconnect: pcie,
+       labels: {nvidia.com/gpu.product: NVIDIA-L40S}}
+    - {name: l40s-c, gpu_type: L40S, count: 2, interconnect: pcie,
+       labels: {nvidia.com/gpu.product: NVIDIA-L40S}}
+    - {name: l40s-d, gpu_type: L40S, count: 2, interconnect: pcie,
+       labels: {nvidia.com/gpu.product: NVIDIA-L40S}}
+models:
+  - name: llama-3.1-70b
+    source: /models/meta-llama--Llama-3.1-70B-Instruct
+    replicas: 2
+    max_model_len: 8192
+    max_num_seqs: 16
+    tensor_parallel_size: 2
+gateway:
+  host: 0.0.0.0
+  port: 8000
+"""
+
+PP_MASTER_PORT = 29500
+
+
+def pp_instance(model: str, replica: int, nodes: list[str], *, source: str, port: int,
+                weights_gib: float, tp: int = 2, util: float = 0.9, max_len: int = 8192,
+                seqs: int = 16, env: dict[str, str] | None = None) -> PlanInstance:
+    """One replica over len(nodes) nodes in vLLM's native multi-node form (rank 0 serves
+    HTTP; `--headless` workers), the leader's address left as LEADER_ADDRESS_TOKEN."""
+    pp = len(nodes)
+    gpus = list(range(tp))
+    base = _argv(model, source, port, tp, util, max_len, seqs)
+    ranks: list[PlanRank] = []
+    for rank, node in enumerate(nodes):
+        argv = [*base, "--pipeline-parallel-size", str(pp), "--nnodes", str(pp),
+                "--node-rank", str(rank), "--master-addr", LEADER_ADDRESS_TOKEN,
+                "--master-port", str(PP_MASTER_PORT)]
+        if rank:
+            argv.append("--headless")
+        ranks.append(PlanRank(
+            rank=rank, node=node, gpu_indices=gpus, gpu_uuids=[f"GPU-{node}-{i}" for i in gpus],
+            argv=argv, env={"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus),
+                            "NCCL_SOCKET_IFNAME": "enp65s0", **(env or {})}))
+    leader = ranks[0]
+    return PlanInstance(
+        id=f"{model}-{replica}", model=model, served_model_name=model, replica=replica,
+        node=leader.node, gpu_type="L40S", gpu_indices=leader.gpu_indices,
+        gpu_uuids=leader.gpu_uuids, tensor_parallel_size=tp, gpu_memory_utilization=util,
+        port=port, max_model_len=max_len, max_num_seqs=seqs, max_num_batched_tokens=8192,
+        weights_bytes=int(weights_gib * GIB), memory=_MEMORY, argv=leader.argv,
+        env=leader.env, pipeline_parallel_size=pp, ranks=ranks,
+    )
+
+
+def llama70b_pp(nodes_per_replica: int = 2) -> tuple[FleetSpec, Plan, str]:
+    """Llama-3.1-70B in bf16 (~131 GiB) on L40S nodes with two cards each: one node cannot
+    hold it, so each of 2 replicas is TP 2 x PP `nodes_per_replica` (2 replicas x 2 nodes)."""
+    names = [f"l40s-{chr(ord('a') + i)}" for i in range(2 * nodes_per_replica)]
+    text = PP_FLEET
+    if nodes_per_replica != 2:
+        extra = "".join(
+            f"    - {{name: {n}, gpu_type: L40S, count: 2, interconnect: pcie,\n"
+            "       labels: {nvidia.com/gpu.product: NVIDIA-L40S}}\n" for n in names[4:])
+        text = text.replace("models:\n", extra + "models:\n")
+    fleet = parse_fleet(text, filename="pp.yaml", base_dir="/srv")
+    instances = [
+        pp_instance("llama-3.1-70b", r, names[r * nodes_per_replica:(r + 1) * nodes_per_replica],
+                    source="/models/meta-llama--Llama-3.1-70B-Instruct", port=8100,
+                    weights_gib=131.4)
+        for r in range(2)
+    ]
+    gpus = [PlanGpu(node=n, index=i, type="L40S", memory_gib=44.39, budget_gib=42.17,
+                    used_gib=40.5, free_gib=1.67, instances=[inst.id])
+            for inst in instances for rank in inst.ranks for n in [rank.node] for i in range(2)]
+    return fleet, _plan("/srv/pp.yaml", instances, gpus), text

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_plans import mig, s0, s0_hami, s4
+from deploy_plans import llama70b_pp, mig, s0, s0_hami, s4
 
 from inferplane.deploy import RenderOptions, check_dir, render_files
 from inferplane.spec import load_fleet
@@ -68,6 +68,16 @@ def test_render_options(name: str) -> None:
     files = render_files(fleet, plan, "k8s", RenderOptions(fleet_text=text, **opts))
     _compare(f"{name}-k8s", files)
     assert check_dir(GOLDEN / f"{name}-k8s") == []
+
+
+@pytest.mark.parametrize("target", ["k8s", "systemd"])
+def test_replicas_that_span_nodes(target: str) -> None:
+    """Llama-3.1-70B over two L40S nodes per replica: a LeaderWorkerSet (P13, P15), or one
+    systemd unit per rank in each node's directory."""
+    fleet, plan, text = llama70b_pp()
+    files = render_files(fleet, plan, target, RenderOptions(fleet_text=text))
+    _compare(f"llama70b-pp-{target}", files)
+    assert check_dir(GOLDEN / f"llama70b-pp-{target}") == []
 
 
 @pytest.mark.parametrize("example", ["s0-l40s-colocated", "s4-deepseek-qwen-mix"])

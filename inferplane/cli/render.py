@@ -48,12 +48,13 @@ def render(
     weights: str = typer.Option(
         "none", "--weights",
         help="Model weights (P35): none (hostPath/HF cache) | pvc (ReadOnlyMany PVC per "
-             "model) | prewarm (DaemonSet copies them to node-local disk first)."),
+             "model; k8s only) | prewarm (copied to node-local disk first: a DaemonSet, a "
+             "compose service or a systemd oneshot unit)."),
     weights_storage_class: str | None = typer.Option(
         None, "--weights-storage-class", help="StorageClass of the weights PVCs."),
     gang: str = typer.Option(
-        "none", "--gang", help="Gang scheduling for multi-GPU models (P15): kueue | volcano "
-                               "| none."),
+        "none", "--gang", help="Gang scheduling for multi-GPU models and replicas that span "
+                               "nodes (P15, k8s only): kueue | volcano | none."),
     gang_queue: str = typer.Option(
         "default", "--gang-queue", help="Kueue LocalQueue or Volcano Queue name."),
     check: Path | None = typer.Option(None, "--check", help="Validate this rendered directory."),

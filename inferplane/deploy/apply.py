@@ -10,6 +10,14 @@ from inferplane.deploy.checks import load_k8s_dir
 from inferplane.errors import InferplaneError
 
 FIELD_MANAGER = "inferplane"
+# What installs the API of each custom kind `render` may write.
+_PROVIDERS = {
+    "LeaderWorkerSet": "the LeaderWorkerSet controller (github.com/kubernetes-sigs/lws)",
+    "ScaledObject": "KEDA (or render with --autoscaler hpa)",
+    "PodMonitor": "the Prometheus Operator",
+    "PrometheusRule": "the Prometheus Operator",
+    "PodGroup": "Volcano (or render without --gang volcano)",
+}
 
 
 def _client() -> Any:
@@ -52,7 +60,7 @@ def apply_dir(path: Path, *, dry_run_only: bool = False) -> list[str]:
     for dry in passes:
         for _, doc in docs:
             meta = doc["metadata"]
-            resource = client.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            resource = _resource(client, doc)
             extra = {"dry_run": "All"} if dry else {}
             client.server_side_apply(
                 resource, body=doc, name=meta["name"], namespace=meta.get("namespace"),
@@ -61,3 +69,17 @@ def apply_dir(path: Path, *, dry_run_only: bool = False) -> list[str]:
             if not dry or dry_run_only:
                 applied.append(f"{doc['kind']}/{meta['name']}")
     return applied
+
+
+def _resource(client: Any, doc: dict[str, Any]) -> Any:
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    try:
+        return client.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+    except ResourceNotFoundError as exc:
+        kind = str(doc["kind"])
+        raise InferplaneError(
+            f"the cluster has no API for {doc['apiVersion']} {kind}; nothing was applied",
+            field="DIR", value=f"{kind}/{doc['metadata']['name']}",
+            fix=f"install {_PROVIDERS.get(kind, 'the CRD that defines it')} first",
+        ) from exc

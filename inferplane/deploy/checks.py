@@ -9,6 +9,7 @@ catches unknown fields; Volcano PodGroups against the vendored CRD schema
 (selectors match labels, scale targets exist, GPU requests = limits, quantities parse,
 DNS-1123 names, port names <= 15 characters, one PDB per pod, drain and rollout settings,
 PodGroups and PVCs that pods name exist, a PodGroup's GPUs match its pods).
+LeaderWorkerSets (replicas that span nodes): see `lws_checks`.
 Compose: the compose-spec JSON schema. systemd: `systemd-analyze verify` when present.
 """
 
@@ -17,12 +18,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from inferplane.deploy import lws_checks
 from inferplane.deploy.names import DNS1035_LABEL, IANA_SVC_NAME
 from inferplane.deploy.yamlio import load_docs
 from inferplane.errors import InferplaneError
@@ -94,7 +97,6 @@ def _first_difference(want: Any, got: Any, path: str = "") -> str | None:
 def schema_problems(docs: list[Doc], versions: tuple[str, ...]) -> list[CheckProblem]:
     import importlib
 
-    import kubernetes_validate
     from pydantic import ValidationError
 
     problems: list[CheckProblem] = []
@@ -121,17 +123,34 @@ def schema_problems(docs: list[Doc], versions: tuple[str, ...]) -> list[CheckPro
                 problems.append(CheckProblem(
                     file, _kn(doc), f"unknown or mistyped field `{diff}` ({key[0]} {key[1]})"))
             continue
-        for version in versions:
-            try:
-                kubernetes_validate.validate(doc, version, strict=True)
-            except kubernetes_validate.SchemaNotFoundError:
-                problems.append(CheckProblem(
-                    file, _kn(doc), f"no schema for {key[0]} {key[1]} in Kubernetes {version}"))
-            except kubernetes_validate.ValidationError as exc:
-                where = ".".join(str(p) for p in exc.path)
-                problems.append(CheckProblem(
-                    file, _kn(doc), f"Kubernetes {version}: {where}: {exc.message}"))
+        if lws_checks.is_lws(doc):
+            problems += _json_schema_problems(file, doc, lws_checks.LWS_SCHEMA)
+            for role, template, _ in lws_checks.pod_templates(doc):
+                wrapped = lws_checks.as_pod_template(doc, role, template)
+                problems += _k8s_schema_problems(file, doc, wrapped, versions,
+                                                 f"{role}Template as a PodTemplateSpec: ")
+            continue
+        problems += _k8s_schema_problems(file, doc, doc, versions)
     return problems
+
+
+def _k8s_schema_problems(file: str, doc: dict[str, Any], obj: dict[str, Any],
+                         versions: tuple[str, ...], prefix: str = "") -> list[CheckProblem]:
+    import kubernetes_validate
+
+    out: list[CheckProblem] = []
+    key = (str(obj.get("apiVersion")), str(obj.get("kind")))
+    for version in versions:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            out.append(CheckProblem(
+                file, _kn(doc), f"no schema for {key[0]} {key[1]} in Kubernetes {version}"))
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.path)
+            out.append(CheckProblem(
+                file, _kn(doc), f"{prefix}Kubernetes {version}: {where}: {exc.message}"))
+    return out
 
 
 def _json_schema_problems(file: str, doc: dict[str, Any], schema_path: str) -> list[
@@ -154,11 +173,31 @@ def _json_schema_problems(file: str, doc: dict[str, Any], schema_path: str) -> l
 # --- semantic checks ------------------------------------------------------------------------
 
 
-def _pod_template(doc: dict[str, Any]) -> dict[str, Any] | None:
+def _pod_templates(doc: dict[str, Any]) -> list[lws_checks.Template]:
+    """(role, pod template, labels its controller adds to the pods) of a workload object."""
+    if lws_checks.is_lws(doc):
+        return lws_checks.pod_templates(doc)
     if doc.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
         template = (doc.get("spec") or {}).get("template")
-        return template if isinstance(template, dict) else None
-    return None
+        return [("pod", template, {})] if isinstance(template, dict) else []
+    return []
+
+
+@dataclass(frozen=True)
+class _Pod:
+    file: str
+    workload: dict[str, Any]
+    role: str
+    template: dict[str, Any]
+    labels: dict[str, str]  # the template's and what the controller adds
+
+    @property
+    def owner(self) -> str:
+        return _kn(self.workload) + ("" if self.role == "pod" else f" ({self.role}s)")
+
+    def port_names(self) -> set[str]:
+        return {p.get("name") for c in (self.template.get("spec") or {}).get("containers")
+                or [] for p in c.get("ports") or []}
 
 
 def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -205,7 +244,7 @@ def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
     def bad(file: str, doc: dict[str, Any], message: str) -> None:
         problems.append(CheckProblem(file, _kn(doc), message))
 
-    pods: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # file, workload, template
+    pods: list[_Pod] = []
     seen: set[tuple[str, str, str]] = set()
     for file, doc in docs:
         kind = str(doc.get("kind"))
@@ -226,78 +265,99 @@ def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
         for where, qty in found:
             if not QUANTITY.match(qty):
                 bad(file, doc, f"{where}: {qty!r} is not a Kubernetes quantity")
-        template = _pod_template(doc)
-        if template is None:
-            continue
-        pods.append((file, doc, template))
+        if lws_checks.is_lws(doc):
+            for message in lws_checks.problems(doc):
+                bad(file, doc, message)
+        for role, template, injected in _pod_templates(doc):
+            labels = {**((template.get("metadata") or {}).get("labels") or {}), **injected}
+            pod = _Pod(file, doc, role, template, labels)
+            pods.append(pod)
+            _pod_problems(pod, bad)
+    _reference_problems(docs, pods, bad, problems)
+    return problems
+
+
+Bad = Callable[[str, dict[str, Any], str], None]
+
+
+def _pod_problems(pod: _Pod, bad: Bad) -> None:
+    """One pod template: GPUs, ports, drain, probes, gang, rollout."""
+    file, doc, template = pod.file, pod.workload, pod.template
+    if pod.role == "pod":
         labels = (template.get("metadata") or {}).get("labels") or {}
         match = ((doc.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         if not _matches(match, labels):
             bad(file, doc, "spec.selector.matchLabels do not match the pod template labels")
-        spec = template.get("spec") or {}
-        containers = spec.get("containers") or []
-        port_names: set[str] = set()
-        gpu_containers = 0
-        grace = int(spec.get("terminationGracePeriodSeconds", 30))
-        for c in spec.get("initContainers") or []:
-            res = c.get("resources") or {}
-            if any(k.startswith(GPU_PREFIXES) for k in {*(res.get("requests") or {}),
-                                                        *(res.get("limits") or {})}):
-                bad(file, doc, f"init container {c.get('name')} requests a GPU: it holds the "
-                               "card while the engine containers wait")
-        for c in containers:
-            res = c.get("resources") or {}
-            req, lim = res.get("requests") or {}, res.get("limits") or {}
-            gpu_keys = {k for k in {*req, *lim} if k.startswith(GPU_PREFIXES)}
-            # Whole cards through the device plugin: a second request is a second card (P18).
-            # A MIG slice or a HAMi virtual GPU (with gpumem) per container is intended.
-            if (gpu_keys & set(WHOLE_GPU_RESOURCES)) and HAMI_MEMORY not in gpu_keys:
-                gpu_containers += 1
-            for res_key in sorted(gpu_keys):
-                if str(req.get(res_key)) != str(lim.get(res_key)):
-                    bad(file, doc, f"container {c.get('name')}: {res_key} requests "
-                                   f"{req.get(res_key)} != limits {lim.get(res_key)}")
-            for port in c.get("ports") or []:
-                pname = port.get("name")
-                if pname is None:
-                    continue
-                if len(pname) > 15 or not IANA_SVC_NAME.match(pname):
-                    bad(file, doc, f"port name {pname!r} is not an IANA service name "
-                                   "(<= 15 chars, lowercase, a letter, no '--')")
-                if pname in port_names:
-                    bad(file, doc, f"port name {pname!r} used twice in one pod")
-                port_names.add(pname)
-            needed = _sleep_s(c) + _shutdown_timeout_s(c)
-            if needed and grace <= needed:
-                bad(file, doc, f"container {c.get('name')}: terminationGracePeriodSeconds "
-                               f"{grace} is not longer than preStop + drain ({needed} s, P27)")
-            if gpu_keys and c.get("livenessProbe") and not c.get("startupProbe"):
-                bad(file, doc, f"container {c.get('name')}: a liveness probe without a "
-                               "startup probe kills models while they load (P24)")
-        if gpu_containers > 1 and len(containers) > 1:
-            bad(file, doc, f"{gpu_containers} containers request GPUs: the device plugin "
-                           "gives each its own (P18)")
-        if spec.get("schedulerName") == "volcano" and not (
-                (template.get("metadata") or {}).get("annotations") or {}).get(
-                VOLCANO_GROUP_ANNOTATION):
-            bad(file, doc, f"schedulerName volcano without a {VOLCANO_GROUP_ANNOTATION} "
-                           "annotation: Volcano makes a PodGroup per pod, no gang (P15)")
-        if gpu_containers and doc.get("kind") == "Deployment":
-            strategy = (doc.get("spec") or {}).get("strategy") or {}
-            rolling = strategy.get("rollingUpdate") or {}
-            if strategy.get("type") != "Recreate" and str(rolling.get("maxSurge")) != "0":
-                bad(file, doc, "GPU Deployment without maxSurge: 0 (or Recreate): the new "
-                               "pod waits for the GPU the old one holds (P26)")
+    spec = template.get("spec") or {}
+    containers = spec.get("containers") or []
+    port_names: set[str] = set()
+    gpu_containers = 0
+    grace = int(spec.get("terminationGracePeriodSeconds", 30))
+    for c in spec.get("initContainers") or []:
+        res = c.get("resources") or {}
+        if any(k.startswith(GPU_PREFIXES) for k in {*(res.get("requests") or {}),
+                                                    *(res.get("limits") or {})}):
+            bad(file, doc, f"init container {c.get('name')} requests a GPU: it holds the "
+                           "card while the engine containers wait")
+    for c in containers:
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        gpu_keys = {k for k in {*req, *lim} if k.startswith(GPU_PREFIXES)}
+        # Whole cards through the device plugin: a second request is a second card (P18).
+        # A MIG slice or a HAMi virtual GPU (with gpumem) per container is intended.
+        if (gpu_keys & set(WHOLE_GPU_RESOURCES)) and HAMI_MEMORY not in gpu_keys:
+            gpu_containers += 1
+        for res_key in sorted(gpu_keys):
+            if str(req.get(res_key)) != str(lim.get(res_key)):
+                bad(file, doc, f"container {c.get('name')}: {res_key} requests "
+                               f"{req.get(res_key)} != limits {lim.get(res_key)}")
+        for port in c.get("ports") or []:
+            pname = port.get("name")
+            if pname is None:
+                continue
+            if len(pname) > 15 or not IANA_SVC_NAME.match(pname):
+                bad(file, doc, f"port name {pname!r} is not an IANA service name "
+                               "(<= 15 chars, lowercase, a letter, no '--')")
+            if pname in port_names:
+                bad(file, doc, f"port name {pname!r} used twice in one pod")
+            port_names.add(pname)
+        needed = _sleep_s(c) + _shutdown_timeout_s(c)
+        if needed and grace <= needed:
+            bad(file, doc, f"container {c.get('name')}: terminationGracePeriodSeconds "
+                           f"{grace} is not longer than preStop + drain ({needed} s, P27)")
+        if gpu_keys and c.get("livenessProbe") and not c.get("startupProbe"):
+            bad(file, doc, f"container {c.get('name')}: a liveness probe without a "
+                           "startup probe kills models while they load (P24)")
+    if gpu_containers > 1 and len(containers) > 1:
+        bad(file, doc, f"{gpu_containers} containers request GPUs: the device plugin "
+                       "gives each its own (P18)")
+    # An LWS's pods get their group name from the LWS controller (one PodGroup per group).
+    if pod.role == "pod" and spec.get("schedulerName") == "volcano" and not (
+            (template.get("metadata") or {}).get("annotations") or {}).get(
+            VOLCANO_GROUP_ANNOTATION):
+        bad(file, doc, f"schedulerName volcano without a {VOLCANO_GROUP_ANNOTATION} "
+                       "annotation: Volcano makes a PodGroup per pod, no gang (P15)")
+    if gpu_containers and doc.get("kind") == "Deployment":
+        strategy = (doc.get("spec") or {}).get("strategy") or {}
+        rolling = strategy.get("rollingUpdate") or {}
+        if strategy.get("type") != "Recreate" and str(rolling.get("maxSurge")) != "0":
+            bad(file, doc, "GPU Deployment without maxSurge: 0 (or Recreate): the new "
+                           "pod waits for the GPU the old one holds (P26)")
 
-    def pods_selected(selector: dict[str, str]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-        return [p for p in pods if _matches(selector, (p[2].get("metadata") or {}).get(
-            "labels") or {})]
+
+def _reference_problems(docs: list[Doc], pods: list[_Pod], bad: Bad,
+                        problems: list[CheckProblem]) -> None:
+    """What objects name: selectors, ports, claims, PodGroups, scale targets, PDB counts."""
+
+    def pods_selected(selector: dict[str, str]) -> list[_Pod]:
+        return [p for p in pods if _matches(selector, p.labels)]
 
     pdb_count: dict[str, int] = {}
     workloads = {(str(d.get("kind")), str((d.get("metadata") or {}).get("name"))) for _, d in docs}
     groups = {str((d.get("metadata") or {}).get("name")): d for _, d in docs
               if d.get("kind") == "PodGroup"}
-    for file, doc, template in pods:
+    for pod in pods:
+        file, doc, template = pod.file, pod.workload, pod.template
         tspec = template.get("spec") or {}
         for vol in tspec.get("volumes") or []:
             claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
@@ -306,7 +366,7 @@ def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
                                "is not rendered here")
         group = ((template.get("metadata") or {}).get("annotations") or {}).get(
             VOLCANO_GROUP_ANNOTATION)
-        if group is None:
+        if group is None or lws_checks.is_lws(doc):
             continue
         if group not in groups:
             bad(file, doc, f"PodGroup {group} named by {VOLCANO_GROUP_ANNOTATION} does not "
@@ -320,36 +380,37 @@ def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
         if have != want:
             bad(file, doc, f"PodGroup {group} minResources nvidia.com/gpu {have} != minMember "
                            f"x the pod's GPUs ({want})")
+    lws_names = {str((d.get("metadata") or {}).get("name")) for _, d in docs
+                 if lws_checks.is_lws(d)}
     for file, doc in docs:
         kind = str(doc.get("kind"))
         spec = doc.get("spec") or {}
+        if kind == "Service" and str((doc.get("metadata") or {}).get("name")) in lws_names:
+            bad(file, doc, "has the name of a LeaderWorkerSet, whose controller creates a "
+                           "headless Service of that name for LWS_LEADER_ADDRESS")
         if kind == "Service" and spec.get("selector"):
             selected = pods_selected(spec["selector"])
             if not selected:
                 bad(file, doc, "selector matches no pod template")
             for port in spec.get("ports") or []:
                 target = port.get("targetPort")
-                for _, wl, tpl in selected:
-                    names = {p.get("name") for c in (tpl.get("spec") or {}).get(
-                        "containers") or [] for p in c.get("ports") or []}
-                    if isinstance(target, str) and target not in names:
-                        bad(file, doc, f"targetPort {target!r} is not a port of {_kn(wl)}")
+                for pod in selected:
+                    if isinstance(target, str) and target not in pod.port_names():
+                        bad(file, doc, f"targetPort {target!r} is not a port of {pod.owner}")
         if kind in ("PodDisruptionBudget", "PodMonitor"):
             selector = (spec.get("selector") or {}).get("matchLabels") or {}
             selected = pods_selected(selector)
             if not selected:
                 bad(file, doc, "selector matches no pod template")
             if kind == "PodDisruptionBudget":
-                for _, wl, _tpl in selected:
-                    pdb_count[_kn(wl)] = pdb_count.get(_kn(wl), 0) + 1
+                for pod in selected:
+                    pdb_count[pod.owner] = pdb_count.get(pod.owner, 0) + 1
             else:
                 for endpoint in spec.get("podMetricsEndpoints") or []:
-                    for _, wl, tpl in selected:
-                        names = {p.get("name") for c in (tpl.get("spec") or {}).get(
-                            "containers") or [] for p in c.get("ports") or []}
-                        if endpoint.get("port") not in names:
+                    for pod in selected:
+                        if endpoint.get("port") not in pod.port_names():
                             bad(file, doc, f"port {endpoint.get('port')!r} is not a port "
-                                           f"of {_kn(wl)}")
+                                           f"of {pod.owner}")
         if kind in ("ScaledObject", "HorizontalPodAutoscaler"):
             ref = spec.get("scaleTargetRef") or {}
             if (str(ref.get("kind", "Deployment")), str(ref.get("name"))) not in workloads:
@@ -359,7 +420,6 @@ def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:
         if count > 1:
             problems.append(CheckProblem("", owner, f"{count} PodDisruptionBudgets select its "
                                                  "pods; the eviction API refuses such pods"))
-    return problems
 
 
 # --- directories ----------------------------------------------------------------------------

@@ -4,6 +4,12 @@ Docker hands a container exactly the GPUs in `device_ids` (UUIDs when the plan k
 them), renumbered from 0, so co-located services simply name the same card and
 `CUDA_VISIBLE_DEVICES` is rewritten to container-local indices (P20, P21). Start order
 comes from `depends_on: condition: service_healthy` (S0: embedding first).
+
+A compose project is one host: a plan with replicas that span nodes is refused, as are the
+Kubernetes-only options (see `hosts`). `--weights prewarm` (P35): a one-shot `prewarm-<model>`
+service per model copies the weights to `prewarm_dir` on the host (the same idempotent copy
+as the Kubernetes DaemonSet); engines wait for it to complete and mount the local copy
+read-only where the source was, so their start period counts local-disk reads only.
 """
 
 from __future__ import annotations
@@ -14,8 +20,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from inferplane.deploy import hosts
 from inferplane.deploy.checks import CheckProblem
 from inferplane.deploy.k8s.engine import engine_argv, shm_gib
+from inferplane.deploy.k8s.weights import (
+    HF_CACHE_MOUNT,
+    PREWARM_MOUNT,
+    SOURCE_MOUNT,
+    copy_script,
+    hub_dir,
+    local_name,
+)
 from inferplane.deploy.names import object_name
 from inferplane.deploy.options import RenderOptions, engine_image
 from inferplane.deploy.yamlio import dump_docs, load_docs
@@ -48,9 +63,15 @@ def engine_service(
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(inst.tensor_parallel_size))
     model = fleet.model(inst.model)
     volumes: list[str] = []
+    prewarmed = options.weights == "prewarm" and model is not None and bool(model.source)
     if model is not None and model.source:
+        local = f"{options.prewarm_dir.rstrip('/')}/{local_name(inst.model)}"
         if model.source.startswith("/"):
-            volumes.append(f"{model.source}:{model.source}:ro")
+            volumes.append(f"{local if prewarmed else model.source}:{model.source}:ro")
+        elif prewarmed:
+            hub = f"hub/{hub_dir(model.source)}"
+            volumes.append(f"{local}/{hub}:{HF_CACHE_MOUNT}/{hub}:ro")
+            env.update({"HF_HOME": HF_CACHE_MOUNT, "HF_HUB_OFFLINE": "1"})
         else:
             volumes.append("hf-cache:/root/.cache/huggingface")
     service: dict[str, Any] = {
@@ -69,7 +90,8 @@ def engine_service(
             "interval": "10s",
             "timeout": "5s",
             "retries": 3,
-            "start_period": _duration(options.startup_budget_s(inst.weights_bytes)),  # P24
+            "start_period": _duration(  # P24, from local disk when pre-warmed (P35)
+                options.startup_budget_s(inst.weights_bytes, local=prewarmed)),
         },
         "deploy": {"resources": {"reservations": {"devices": [
             {"driver": "nvidia", "device_ids": devices, "capabilities": ["gpu"]}
@@ -80,20 +102,48 @@ def engine_service(
         service["volumes"] = volumes
     deps = [d for d in inst.start_after if any(i.id == d and i.node == inst.node
                                                for i in plan.instances)]
-    if deps:
-        service["depends_on"] = {
-            object_name(d): {"condition": "service_healthy"} for d in sorted(deps)
-        }
+    depends: dict[str, dict[str, str]] = {
+        object_name(d): {"condition": "service_healthy"} for d in sorted(deps)}
+    if prewarmed:
+        depends[prewarm_service_name(inst.model)] = {
+            "condition": "service_completed_successfully"}
+    if depends:
+        service["depends_on"] = depends
     return service
+
+
+def prewarm_service_name(model: str) -> str:
+    return object_name(f"prewarm-{model}")
+
+
+def prewarm_service(fleet: FleetSpec, plan: Plan, model: str,
+                    options: RenderOptions) -> dict[str, Any]:
+    """Copies one model's weights to the host's local disk once (P35), then exits 0."""
+    from inferplane.deploy.k8s.context import K8sContext
+
+    spec = fleet.model(model)
+    assert spec is not None and spec.source
+    engine = fleet.engine
+    volumes = [f"{options.prewarm_dir.rstrip('/')}:{PREWARM_MOUNT}"]
+    if spec.source.startswith("/"):
+        volumes.append(f"{spec.source}:{SOURCE_MOUNT}:ro")
+    # `$$`: compose would read `$(cat ...)` as its own variable interpolation and refuse it.
+    script = copy_script(K8sContext(fleet, plan, options), model).replace("$", "$$")
+    return {
+        "image": engine_image(engine.kind, engine.version, engine.image, options),
+        "entrypoint": ["/bin/sh", "-c", script],
+        "volumes": volumes,
+        "restart": "no",
+        "labels": {"io.inferplane.prewarm": model},
+    }
 
 
 def render_compose(
     fleet: FleetSpec, plan: Plan, options: RenderOptions, fleet_text: str
 ) -> dict[str, str]:
-    nodes: list[str] = []
-    for inst in plan.instances:
-        if inst.node not in nodes:
-            nodes.append(inst.node)
+    hosts.refuse_spanning(plan, "compose")
+    hosts.refuse_cluster_options(fleet, plan, options, "compose")
+    nodes = hosts.nodes_in_order(plan)
     gateway_node = nodes[0]
     files: dict[str, str] = {}
     for node in nodes:
@@ -105,6 +155,10 @@ def render_compose(
             services[object_name(inst.id)] = engine_service(fleet, plan, inst, options)
             uses_hf = uses_hf or any(v.startswith("hf-cache:") for v in
                                      services[object_name(inst.id)].get("volumes", []))
+            spec = fleet.model(inst.model)
+            if options.weights == "prewarm" and spec is not None and spec.source:
+                services[prewarm_service_name(inst.model)] = prewarm_service(
+                    fleet, plan, inst.model, options)
         if node == gateway_node:
             services[GATEWAY_SERVICE] = gateway_service(fleet, plan, node, options)
             files[f"{object_name(node)}/fleet.yaml"] = fleet_text
@@ -124,7 +178,7 @@ def gateway_service(
                "--port", str(port)]
     local: list[str] = []
     for inst in plan.instances:
-        host = object_name(inst.id) if inst.node == node else inst.node
+        host = object_name(inst.id) if inst.node == node else hosts.host_of(fleet, inst.node)
         command += ["--backend", f"{inst.model}=http://{host}:{inst.port}"]
         if inst.node == node:
             local.append(object_name(inst.id))

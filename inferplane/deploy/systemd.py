@@ -4,77 +4,91 @@
 integer indices (P20, P21), `TimeoutStartSec` from the startup budget (P24) and
 `TimeoutStopSec` longer than vLLM's drain (P27). A unit that starts after another waits
 for its `/health` in `ExecStartPre` (S0's order), not just for the process.
+
+A replica that spans nodes gets one unit per rank on each rank's node (`systemd_ranks`, with
+a README.md saying which directory goes to which host); `--weights prewarm` a oneshot copy
+unit per model (`systemd_prewarm`); Kubernetes-only options are refused (`hosts`).
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferplane.deploy import hosts, multinode
 from inferplane.deploy.checks import CheckProblem, run_quiet, systemd_analyze
 from inferplane.deploy.names import object_name
 from inferplane.deploy.options import RenderOptions, supports_shutdown_timeout
+from inferplane.deploy.systemd_prewarm import prewarm_of
+from inferplane.deploy.systemd_syntax import HEADER, TARGET, exec_line, quote, unit_name
 from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.spec import FleetSpec
-
-TARGET = "inferplane.target"
-HEADER = "# Rendered by `inferplane render --target systemd`; edit the fleet file instead.\n"
-_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-
-
-def quote(arg: str) -> str:
-    """One argv element in systemd's command-line syntax: `%` and `$` are specifiers and
-    variables there, so they are doubled; anything else unusual goes in double quotes."""
-    text = arg.replace("%", "%%").replace("$", "$$")
-    if text and _SAFE.match(text):
-        return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def unit_name(instance_id: str) -> str:
-    return f"inferplane-{object_name(instance_id, max_chars=200)}.service"
-
-
-def _exec(argv: list[str]) -> str:
-    first = argv[0] if argv[0].startswith("/") else "/usr/bin/env"
-    rest = argv[1:] if argv[0].startswith("/") else argv
-    return " ".join([first, *(quote(a) for a in rest)])
 
 
 def engine_unit(fleet: FleetSpec, plan: Plan, inst: PlanInstance, options: RenderOptions) -> str:
     argv = list(inst.argv)
-    if "--host" in argv and len({i.node for i in plan.instances}) > 1:
+    if "--host" in argv and len(hosts.nodes_in_order(plan)) > 1:
         argv[argv.index("--host") + 1] = "0.0.0.0"  # the gateway on another node reaches it
     engine = fleet.engine
     if supports_shutdown_timeout(engine.kind, engine.version) and "--shutdown-timeout" not in argv:
         argv += ["--shutdown-timeout", str(options.drain_s)]
-    env = dict(inst.env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in inst.gpu_indices)
     deps = [d for d in inst.start_after
             if any(i.id == d and i.node == inst.node for i in plan.instances)]
-    after = " ".join(["network-online.target", *(unit_name(d) for d in deps)])
+    return unit_text(fleet, plan, options, inst, UnitBody(
+        description=f"inferplane {inst.model} replica {inst.replica} "
+                    f"(GPUs {','.join(str(i) for i in inst.gpu_indices)}, port {inst.port})",
+        argv=argv, env=dict(inst.env), gpu_indices=inst.gpu_indices, deps=deps))
+
+
+@dataclass(frozen=True)
+class UnitBody:
+    """What differs between engine units: a single-node instance or one rank of a replica."""
+
+    description: str
+    argv: list[str]
+    env: dict[str, str]
+    gpu_indices: list[int]
+    deps: list[str] = field(default_factory=list)  # instance ids on this node to wait for
+    exec_stop: str | None = None  # a shell line run before SIGTERM
+
+
+def unit_text(fleet: FleetSpec, plan: Plan, options: RenderOptions, inst: PlanInstance,
+              body: UnitBody) -> str:
+    env = dict(body.env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in body.gpu_indices)
+    prewarm = prewarm_of(fleet, inst.model, options)
+    if prewarm is not None:
+        env.update(prewarm.env)
+    after = ["network-online.target", *(unit_name(d) for d in body.deps)]
+    requires = [unit_name(d) for d in body.deps]
+    if prewarm is not None:
+        after.append(prewarm.unit)
+        requires.append(prewarm.unit)
     lines = [
         HEADER.rstrip("\n"),
         "[Unit]",
-        f"Description=inferplane {inst.model} replica {inst.replica} "
-        f"(GPUs {','.join(str(i) for i in inst.gpu_indices)}, port {inst.port})",
-        f"After={after}",
+        f"Description={body.description}",
+        f"After={' '.join(after)}",
         "Wants=network-online.target",
-        *([f"Requires={' '.join(unit_name(d) for d in deps)}"] if deps else []),
+        *([f"Requires={' '.join(requires)}"] if requires else []),
         f"PartOf={TARGET}",
         "",
         "[Service]",
         "Type=simple",
         *(f"Environment={quote(f'{k}={v}')}" for k, v in sorted(env.items())),
+        *([f"BindReadOnlyPaths={quote(prewarm.bind)}"] if prewarm and prewarm.bind else []),
     ]
-    for dep in deps:
+    for dep in body.deps:
         port = plan.instance(dep).port
         wait = f"until curl -sf http://127.0.0.1:{port}/health >/dev/null; do sleep 5; done"
         lines.append(f"ExecStartPre=/bin/sh -c {quote(wait)}")
-    budget = options.startup_budget_s(inst.weights_bytes) + sum(
-        options.startup_budget_s(plan.instance(d).weights_bytes) for d in deps)
+    local = prewarm is not None
+    budget = options.startup_budget_s(inst.weights_bytes, local=local) + sum(
+        options.startup_budget_s(plan.instance(d).weights_bytes, local=local)
+        for d in body.deps)
     lines += [
-        f"ExecStart={_exec(argv)}",
+        f"ExecStart={exec_line(body.argv)}",
+        *([f"ExecStop=/bin/sh -c {quote(body.exec_stop)}"] if body.exec_stop else []),
         "KillSignal=SIGTERM",
         "KillMode=mixed",
         f"TimeoutStartSec={budget}",
@@ -93,8 +107,8 @@ def engine_unit(fleet: FleetSpec, plan: Plan, inst: PlanInstance, options: Rende
 def gateway_unit(fleet: FleetSpec, plan: Plan, node: str, options: RenderOptions) -> str:
     argv = ["inferplane", "gateway", "--fleet", options.fleet_file_path, "--host",
             fleet.gateway.host, "--port", str(fleet.gateway.port)]
-    for inst in plan.instances:
-        host = "127.0.0.1" if inst.node == node else inst.node
+    for inst in plan.instances:  # a replica that spans nodes: its leader (inst.node)
+        host = "127.0.0.1" if inst.node == node else hosts.host_of(fleet, inst.node)
         argv += ["--backend", f"{inst.model}=http://{host}:{inst.port}"]
     return "\n".join([
         HEADER.rstrip("\n"),
@@ -106,7 +120,7 @@ def gateway_unit(fleet: FleetSpec, plan: Plan, node: str, options: RenderOptions
         "",
         "[Service]",
         "Type=simple",
-        f"ExecStart={_exec(argv)}",
+        f"ExecStart={exec_line(argv)}",
         "KillSignal=SIGTERM",
         f"TimeoutStopSec={options.prestop_sleep_s + options.drain_s}",
         "Restart=always",
@@ -122,33 +136,47 @@ def gateway_unit(fleet: FleetSpec, plan: Plan, node: str, options: RenderOptions
 def render_systemd(
     fleet: FleetSpec, plan: Plan, options: RenderOptions, fleet_text: str
 ) -> dict[str, str]:
-    nodes: list[str] = []
-    for inst in plan.instances:
-        if inst.node not in nodes:
-            nodes.append(inst.node)
+    from inferplane.deploy import systemd_ranks
+    from inferplane.deploy.systemd_prewarm import prewarm_unit
+
+    hosts.refuse_cluster_options(fleet, plan, options, "systemd")
+    nodes = hosts.nodes_in_order(plan)
+    dirs = {node: object_name(node) for node in nodes}
+    units: dict[str, list[str]] = {node: [] for node in nodes}
     files: dict[str, str] = {}
-    for n, node in enumerate(nodes):
-        units: list[str] = []
-        base = object_name(node)
-        for inst in plan.instances:
-            if inst.node == node:
-                name = unit_name(inst.id)
-                files[f"{base}/{name}"] = engine_unit(fleet, plan, inst, options)
-                units.append(name)
-        if n == 0:
-            files[f"{base}/inferplane-gateway.service"] = gateway_unit(fleet, plan, node, options)
-            files[f"{base}/fleet.yaml"] = fleet_text
-            units.append("inferplane-gateway.service")
-        files[f"{base}/{TARGET}"] = "\n".join([
+
+    def add(node: str, name: str, text: str) -> None:
+        files[f"{dirs[node]}/{name}"] = text
+        if name not in units[node]:
+            units[node].append(name)
+
+    for inst in plan.instances:
+        if inst.spans_nodes:
+            for node, name, text in systemd_ranks.rank_units(fleet, plan, inst, options):
+                add(node, name, text)
+        else:
+            add(inst.node, unit_name(inst.id), engine_unit(fleet, plan, inst, options))
+        prewarm = prewarm_of(fleet, inst.model, options)
+        if prewarm is not None:
+            for node in [r.node for r in inst.ranks] or [inst.node]:
+                add(node, prewarm.unit, prewarm_unit(fleet, plan, inst.model, options))
+    gateway_node = nodes[0]
+    add(gateway_node, "inferplane-gateway.service",
+        gateway_unit(fleet, plan, gateway_node, options))
+    files[f"{dirs[gateway_node]}/fleet.yaml"] = fleet_text
+    for node in nodes:
+        files[f"{dirs[node]}/{TARGET}"] = "\n".join([
             HEADER.rstrip("\n"),
             "[Unit]",
             f"Description=inferplane fleet on {node}",
-            f"Wants={' '.join(sorted(units))}",
+            f"Wants={' '.join(sorted(units[node]))}",
             "",
             "[Install]",
             "WantedBy=multi-user.target",
             "",
         ])
+    if multinode.spanning(plan):
+        files["README.md"] = systemd_ranks.index(fleet, plan, units, dirs, gateway_node)
     return files
 
 
@@ -158,7 +186,11 @@ def check_units(root: Path) -> list[CheckProblem]:
     for path in sorted(root.rglob("*.service")):
         rel = str(path.relative_to(root))
         text = path.read_text(encoding="utf-8")
-        for key in ("ExecStart=", "Restart=always", "LimitNOFILE=", "TimeoutStopSec="):
+        # A oneshot (the weights pre-warm copy) runs once: no Restart=always there.
+        required = (("ExecStart=", "RemainAfterExit=yes", "TimeoutStartSec=")
+                    if "\nType=oneshot" in text else
+                    ("ExecStart=", "Restart=always", "LimitNOFILE=", "TimeoutStopSec="))
+        for key in required:
             if f"\n{key}" not in text:
                 problems.append(CheckProblem(rel, "", f"missing {key.rstrip('=')}"))
     tool = systemd_analyze()

@@ -2,6 +2,7 @@
 
 Layout (one file per object kind per workload or model):
   engines/<workload>/deployment.yaml, pdb.yaml [, podgroup.yaml with --gang volcano]
+  engines/<model>-lws/leaderworkerset.yaml, pdb.yaml (replicas that span nodes)
   models/<model>/service.yaml, podmonitor.yaml, scaledobject.yaml | hpa.yaml
                 [, pvc.yaml with --weights pvc | prewarm.yaml with --weights prewarm]
   gateway/configmap.yaml, deployment.yaml, service.yaml, pdb.yaml, podmonitor.yaml,
@@ -19,6 +20,7 @@ from inferplane.deploy.k8s import (
     autoscaling,
     gang,
     gateway,
+    leaderworkerset,
     monitoring,
     pdb,
     services,
@@ -40,10 +42,14 @@ def render_k8s(fleet: FleetSpec, plan: Plan, options: RenderOptions, fleet_text:
     files: Files = {}
     for workload in ctx.workloads:
         base = f"engines/{workload.name}"
+        files[f"{base}/pdb.yaml"] = [pdb.pdb(ctx, workload)]
+        if workload.spans_nodes:
+            files[f"{base}/leaderworkerset.yaml"] = [
+                leaderworkerset.leader_worker_set(ctx, workload)]
+            continue
         dep = workloads.deployment(ctx, workload)
         files[f"{base}/deployment.yaml"] = [dep]
-        files[f"{base}/pdb.yaml"] = [pdb.pdb(ctx, workload)]
-        if gang.scheduler_name(ctx, workload) == gang.VOLCANO_SCHEDULER:
+        if gang.static_pod_group(ctx, workload):
             files[f"{base}/podgroup.yaml"] = [
                 gang.pod_group(ctx, workload, dep["spec"]["template"]["spec"])]
     pvc_models = weights.pvc_models(ctx)

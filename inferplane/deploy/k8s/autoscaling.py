@@ -81,8 +81,7 @@ def scaled_object(ctx: K8sContext, workload: Workload, bounds: ModelScaling) -> 
         "kind": "ScaledObject",
         "metadata": ctx.metadata(workload.name, "autoscaling"),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
-                               "name": workload.name},
+            "scaleTargetRef": workload.target_ref(),
             "minReplicaCount": bounds.min_replicas,
             "maxReplicaCount": bounds.max_replicas,
             "pollingInterval": 15,
@@ -104,8 +103,7 @@ def hpa(ctx: K8sContext, workload: Workload, bounds: ModelScaling) -> dict[str, 
         "kind": "HorizontalPodAutoscaler",
         "metadata": ctx.metadata(workload.name, "autoscaling"),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
-                               "name": workload.name},
+            "scaleTargetRef": workload.target_ref(),
             "minReplicas": max(1, bounds.min_replicas),  # HPA cannot go to 0
             "maxReplicas": bounds.max_replicas,
             "behavior": _behavior(policy),

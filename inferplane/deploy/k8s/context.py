@@ -22,6 +22,9 @@ from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.spec import FleetSpec
 
 ENGINE_SERVICE_PORT = 8000
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_KIND = "LeaderWorkerSet"
+LWS_SUFFIX = "-lws"  # the LWS controller names its headless Service after the LWS
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -43,7 +46,56 @@ class Workload:
 
     @property
     def gpus(self) -> int:
+        """GPUs per pod (the TP group on one node)."""
         return self.members[0].tensor_parallel_size
+
+    @property
+    def spans_nodes(self) -> bool:
+        """A replica is a group of pods on several nodes: a LeaderWorkerSet, not a Deployment."""
+        return self.members[0].spans_nodes
+
+    @property
+    def size(self) -> int:
+        """Pods per replica: 1, or the nodes a replica spans (the LWS group size)."""
+        return self.members[0].pipeline_parallel_size
+
+    @property
+    def api_version(self) -> str:
+        return LWS_API_VERSION if self.spans_nodes else "apps/v1"
+
+    @property
+    def kind(self) -> str:
+        return LWS_KIND if self.spans_nodes else "Deployment"
+
+    def target_ref(self) -> dict[str, str]:
+        """A scaleTargetRef: both kinds have a scale subresource."""
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+
+
+def _spanning(groups: list[list[PlanInstance]]) -> bool:
+    """Whether a model's replicas span nodes; every replica must agree (one workload kind)."""
+    sizes = {inst.pipeline_parallel_size for group in groups for inst in group}
+    if len(sizes) > 1:
+        first = groups[0][0]
+        raise InferplaneError(
+            f"the replicas of {first.model} span different numbers of nodes "
+            f"({', '.join(str(s) for s in sorted(sizes))}); one workload cannot run them",
+            field=f"plan.instances[{first.id}].pipeline_parallel_size",
+            value=", ".join(str(s) for s in sorted(sizes)),
+            fix="re-create the plan with `inferplane plan`",
+        )
+    if sizes == {1}:
+        return False
+    for group in groups:
+        if len(group) > 1:
+            raise InferplaneError(
+                "a replica that spans nodes cannot share its GPUs with another model",
+                field=f"plan.instances[{group[0].id}].shares_gpu_with",
+                value=", ".join(inst.id for inst in group),
+                fix="re-create the plan with `inferplane plan` (placement.colocate_with "
+                    "needs single-node replicas)",
+            )
+    return True
 
 
 @dataclass(frozen=True)
@@ -63,7 +115,8 @@ class K8sContext:
 
     @cached_property
     def workloads(self) -> list[Workload]:
-        """Plan instances grouped into Deployments: one per model, or per co-located set."""
+        """Plan instances grouped into workloads: a Deployment per model or per co-located set,
+        a LeaderWorkerSet per model whose replicas span nodes."""
         shapes: dict[tuple[str, ...], list[list[PlanInstance]]] = {}
         for group in gpu_groups(self.plan):
             shapes.setdefault(tuple(inst.model for inst in group), []).append(group)
@@ -72,6 +125,10 @@ class K8sContext:
         for models, groups in shapes.items():
             groups.sort(key=lambda g: g[0].replica)
             name = object_name("-".join(models))
+            if _spanning(groups):
+                # Not the model's name: that is the model's Service, and the LWS controller
+                # creates a headless Service named after the LWS (LWS_LEADER_ADDRESS).
+                name = object_name("-".join(models) + LWS_SUFFIX)
             if name in names:
                 raise InferplaneError(
                     "two workloads get the same Kubernetes name",
@@ -81,10 +138,23 @@ class K8sContext:
                 )
             names.add(name)
             workloads.append(Workload(name, tuple(groups[0]), len(groups)))
+        services = {object_name(m.name) for m in self.fleet.models}
+        for workload in workloads:
+            if workload.spans_nodes and workload.name in services:
+                raise InferplaneError(
+                    "a LeaderWorkerSet would get the name of a model's Service (the LWS "
+                    "controller creates a headless Service with its own name)",
+                    field="models", value=workload.name,
+                    fix="rename the model whose name ends in -lws",
+                )
         return sorted(workloads, key=lambda w: w.name)
 
     def workload_of(self, model: str) -> list[Workload]:
         return [w for w in self.workloads if model in w.models]
+
+    def spans_nodes(self, model: str) -> bool:
+        """The model's replicas are LWS groups: its Service and PodMonitor select leaders."""
+        return any(w.spans_nodes for w in self.workload_of(model))
 
     @cached_property
     def models(self) -> list[str]:

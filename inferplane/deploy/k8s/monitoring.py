@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 from inferplane.deploy.k8s.context import K8sContext
-from inferplane.deploy.names import LABEL_COMPONENT, LABEL_PART_OF, PART_OF, model_label, port_name
+from inferplane.deploy.k8s.services import model_selector
+from inferplane.deploy.names import LABEL_COMPONENT, LABEL_PART_OF, PART_OF, port_name
 from inferplane.deploy.names import object_name as _object_name
 
 KV_USAGE = "vllm:kv_cache_usage_perc"
@@ -30,7 +31,7 @@ def pod_monitor(ctx: K8sContext, model: str) -> dict[str, Any]:
         "kind": "PodMonitor",
         "metadata": ctx.metadata(_object_name(model), "engine"),
         "spec": {
-            "selector": {"matchLabels": {model_label(model): "true"}},
+            "selector": {"matchLabels": model_selector(ctx, model)},
             "podMetricsEndpoints": [
                 {"port": port_name(model), "path": "/metrics", "interval": "15s"}
             ],

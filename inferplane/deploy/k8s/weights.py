@@ -44,7 +44,7 @@ def hub_dir(repo_id: str) -> str:
     return "models--" + repo_id.replace("/", "--")
 
 
-def _local_name(model: str) -> str:
+def local_name(model: str) -> str:
     return object_name(model, max_chars=63)
 
 
@@ -74,7 +74,7 @@ def engine_mount(ctx: K8sContext, model: str) -> WeightsMount | None:
         volume = {"name": name,
                   "persistentVolumeClaim": {"claimName": name, "readOnly": True}}
     else:
-        path = f"{ctx.options.prewarm_dir.rstrip('/')}/{_local_name(model)}"
+        path = f"{ctx.options.prewarm_dir.rstrip('/')}/{local_name(model)}"
         if not local_path:
             path += f"/hub/{hub_dir(spec.source)}"
         volume = {"name": name, "hostPath": {"path": path, "type": "Directory"}}
@@ -94,7 +94,7 @@ def prewarmed_models(ctx: K8sContext) -> list[str]:
 
 
 def _marker(model: str) -> str:
-    return f"{PREWARM_MOUNT}/{_local_name(model)}.complete"
+    return f"{PREWARM_MOUNT}/{local_name(model)}.complete"
 
 
 def wait_init_container(ctx: K8sContext, models: list[str]) -> dict[str, Any]:
@@ -126,11 +126,15 @@ def prewarm_root_volume(ctx: K8sContext) -> dict[str, Any]:
             "hostPath": {"path": ctx.options.prewarm_dir, "type": "DirectoryOrCreate"}}
 
 
-def copy_script(ctx: K8sContext, model: str) -> str:
-    """Idempotent: copy into `<dir>.partial`, rename, then write the source to the marker."""
+def copy_script(ctx: K8sContext, model: str, *, root: str = PREWARM_MOUNT,
+                source_dir: str = SOURCE_MOUNT) -> str:
+    """Idempotent: copy into `<dir>.partial`, rename, then write the source to the marker.
+
+    `root` is the pre-warm directory and `source_dir` a local source as the copier sees
+    them (a container's mounts by default; the host's own paths for systemd)."""
     spec = ctx.fleet.model(model)
     assert spec is not None and spec.source
-    dst = f"{PREWARM_MOUNT}/{_local_name(model)}"
+    dst = f"{root.rstrip('/')}/{local_name(model)}"
     src = shlex.quote(spec.source)
     lines = [
         "set -eu",
@@ -140,7 +144,7 @@ def copy_script(ctx: K8sContext, model: str) -> str:
         f"mkdir -p {dst}.partial",
     ]
     if spec.source.startswith("/"):
-        lines.append(f"cp -a {SOURCE_MOUNT}/. {dst}.partial/")
+        lines.append(f"cp -a {shlex.quote(source_dir.rstrip('/'))}/. {dst}.partial/")
     else:
         fetch = ("import sys; from huggingface_hub import snapshot_download; "
                  "snapshot_download(sys.argv[1])")
@@ -236,5 +240,6 @@ def pvc_models(ctx: K8sContext) -> list[str]:
 
 
 __all__ = ["HF_CACHE_HOST", "HF_CACHE_MOUNT", "WeightsMount", "copy_script", "engine_mount",
+           "hub_dir", "local_name",
            "prewarm_daemonset", "prewarm_root_volume", "prewarmed_models", "pvc",
            "pvc_models", "uses_hf_cache", "volume_name", "wait_init_container"]
