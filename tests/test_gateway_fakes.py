@@ -70,11 +70,27 @@ class FakeEngine:
         self.cancelled = 0
         self.metrics_text: str | None = None
         self.health_status = 200
+        # Token counts derived from each request (prompt from its size, completion from
+        # max_tokens) instead of fixed ones, and a tally of every usage object sent.
+        self.varied_usage = False
+        self.reported_prompt_tokens = 0
+        self.reported_completion_tokens = 0
 
     # -- response bodies ---------------------------------------------------------------
 
     def _id(self, raw: bytes) -> str:
         return "chatcmpl-" + hashlib.sha1(raw).hexdigest()[:16]
+
+    def usage_for(self, raw: bytes, completion_tokens: int) -> dict[str, int]:
+        """The usage object for a request, tallied as reported."""
+        prompt = 7
+        if self.varied_usage:
+            prompt = 1 + len(raw) % 61
+            completion_tokens = int(orjson.loads(raw).get("max_tokens") or completion_tokens)
+        self.reported_prompt_tokens += prompt
+        self.reported_completion_tokens += completion_tokens
+        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                "total_tokens": prompt + completion_tokens}  # fmt: skip
 
     def completion(self, raw: bytes, model: str) -> bytes:
         return orjson.dumps(
@@ -90,7 +106,7 @@ class FakeEngine:
                         "finish_reason": "stop",
                     }
                 ],
-                "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+                "usage": self.usage_for(raw, 2),
             }
         )
 
@@ -105,11 +121,7 @@ class FakeEngine:
             ],
         }  # fmt: skip
         if usage:
-            event["usage"] = {
-                "prompt_tokens": 7,
-                "completion_tokens": self.chunks,
-                "total_tokens": 7 + self.chunks,
-            }
+            event["usage"] = self.usage_for(raw, self.chunks)
         return b"data: " + orjson.dumps(event) + b"\n\n"
 
     def stream_bytes(self, raw: bytes, model: str, include_usage: bool) -> list[bytes]:

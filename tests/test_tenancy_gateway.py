@@ -140,33 +140,65 @@ def test_budget_exhaustion(env: Env) -> None:
     assert r.json()["error"]["type"] == "insufficient_quota"  # type: ignore[attr-defined]
 
 
-def test_ledger_totals_equal_engine_usage(env: Env) -> None:
-    secret = env.key("metered")
-    expected_p = expected_c = 0
-    n = 200
+LEDGER_REQUESTS = 10_000
+
+
+async def _mixed_requests(url: str, secret: str, n: int, concurrency: int = 32) -> list[bytes]:
+    """n chat requests, a third each: non-streaming, streaming with usage asked for, and
+    streaming without (the gateway asks the engine for usage and strips it again)."""
+    import aiohttp
+
+    bodies = []
     for i in range(n):
+        body: dict[str, object] = {
+            "model": "llama",
+            "messages": [{"role": "user", "content": "hi " * (i % 23)}],
+            "max_tokens": 1 + i % 40,
+        }
         if i % 3 == 1:
-            body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
-            raw = env.post(secret, body).content  # type: ignore[attr-defined]
-            events = [e[6:] for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
-            usage = orjson.loads(events[-1])["usage"]
-        elif i % 3 == 2:  # no usage asked for: the gateway asks the engine and strips it
-            raw = env.post(secret, {**CHAT, "stream": True}).content  # type: ignore[attr-defined]
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+        elif i % 3 == 2:
+            body["stream"] = True
+        bodies.append(orjson.dumps(body))
+    out: list[bytes] = [b""] * n
+    headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
+    queue = iter(range(n))
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for i in queue:
+            async with session.post(url + "/v1/chat/completions", data=bodies[i]) as r:
+                assert r.status == 200, await r.text()
+                out[i] = await r.read()
+
+    async with aiohttp.ClientSession(headers=headers) as session:
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    return out
+
+
+def test_ledger_totals_equal_engine_usage(env: Env) -> None:
+    """10,000 mixed requests: the ledger holds one row per request and exactly the tokens
+    the engine reported, streams included."""
+    secret = env.key("metered")
+    env.v1.varied_usage = True
+    env.v1.chunks = 2  # the stream shape matters here, not its length
+    answers = asyncio.run(_mixed_requests(env.url, secret, LEDGER_REQUESTS))
+    for i, raw in enumerate(answers):
+        if i % 3 == 0:
+            assert orjson.loads(raw)["usage"]["completion_tokens"] == 1 + i % 40
+        elif i % 3 == 1:
+            last = [e for e in raw.split(b"\n\n") if e.startswith(b"data: {")][-1]
+            assert orjson.loads(last[6:])["usage"]["completion_tokens"] == 1 + i % 40
+        else:  # the client did not ask for usage: it never sees the event
             assert b'"usage"' not in raw and raw.endswith(b"data: [DONE]\n\n")
-            sent = env.v1.requests[-1]
-            assert sent["stream_options"] == {"include_usage": True}
-            direct = http.post(env.v1.url + "/v1/chat/completions", json=sent).content
-            events = [e[6:] for e in direct.split(b"\n\n") if e.startswith(b"data: {")]
-            usage = orjson.loads(events[-1])["usage"]
-        else:
-            usage = env.post(secret).json()["usage"]  # type: ignore[attr-defined]
-        expected_p += usage["prompt_tokens"]
-        expected_c += usage["completion_tokens"]
     env.h.run(env.tenancy.ledger.flush())  # type: ignore[union-attr]
     rows = env.h.run(usage_report(env.store, "key"))
     mine = next(r for r in rows if r["name"] == "metered")
-    assert mine["requests"] == n
-    assert (mine["prompt_tokens"], mine["completion_tokens"]) == (expected_p, expected_c)
+    assert mine["requests"] == LEDGER_REQUESTS
+    assert mine["errors"] == 0
+    assert (mine["prompt_tokens"], mine["completion_tokens"]) == (
+        env.v1.reported_prompt_tokens,
+        env.v1.reported_completion_tokens,
+    )
 
 
 def test_canary_weights_change_live(env: Env) -> None:

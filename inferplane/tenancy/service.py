@@ -56,15 +56,34 @@ AuthMode = Literal["auto", "on", "off"]
 AUTH_CACHE_SIZE = 4096  # distinct valid Authorization headers remembered between refreshes
 
 
+_MILLIS = tuple(b"%dms" % ms for ms in range(1000))  # resets under a second, pre-rendered
+
+
 def _duration(seconds: float) -> bytes:
     """OpenAI's reset format: '1s', '6m0s', '20ms'."""
-    if seconds < 1:
-        return b"%dms" % max(0, round(seconds * 1000))
+    if seconds < 0.9995:
+        return _MILLIS[max(0, round(seconds * 1000))]
     s = round(seconds, 3)
     minutes, rest = divmod(s, 60)
     if minutes:
         return b"%dm%ss" % (minutes, f"{rest:g}".encode())
     return f"{rest:g}s".encode()
+
+
+# Per Limits (a handful of distinct policies): the constant x-ratelimit-limit-* headers.
+_LIMIT_HEADERS: dict[Limits, tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes] | None]] = {}
+
+
+def _limit_headers(limits: Limits) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes] | None]:
+    pair = _LIMIT_HEADERS.get(limits)
+    if pair is None:
+        if len(_LIMIT_HEADERS) > 10_000:
+            _LIMIT_HEADERS.clear()
+        pair = _LIMIT_HEADERS[limits] = (
+            (b"x-ratelimit-limit-requests", b"%d" % limits.rpm) if limits.rpm else None,
+            (b"x-ratelimit-limit-tokens", b"%d" % limits.tpm) if limits.tpm else None,
+        )
+    return pair
 
 
 @dataclass(slots=True)
@@ -376,34 +395,29 @@ class Tenancy:
 
     @staticmethod
     def _headers(limits: Limits, out: Outcome) -> list[tuple[bytes, bytes]]:
-        rpm, tpm = limits.rpm, limits.tpm
-        requests = (
-            [
-                (b"x-ratelimit-limit-requests", b"%d" % rpm),
+        """OpenAI's x-ratelimit-* response headers for the limits the key has."""
+        requests, tokens = _limit_headers(limits)
+        headers: list[tuple[bytes, bytes]] = []
+        if requests is not None:
+            headers += (
+                requests,
                 (b"x-ratelimit-remaining-requests", b"%d" % out.requests_remaining),
                 (b"x-ratelimit-reset-requests", _duration(out.requests_reset_s)),
-            ]
-            if rpm
-            else []
-        )
-        if not tpm:
-            return requests
-        return [
-            *requests,
-            (b"x-ratelimit-limit-tokens", b"%d" % tpm),
-            (b"x-ratelimit-remaining-tokens", b"%d" % out.tokens_remaining),
-            (b"x-ratelimit-reset-tokens", _duration(out.tokens_reset_s)),
-        ]
+            )
+        if tokens is not None:
+            headers += (
+                tokens,
+                (b"x-ratelimit-remaining-tokens", b"%d" % out.tokens_remaining),
+                (b"x-ratelimit-reset-tokens", _duration(out.tokens_reset_s)),
+            )
+        return headers
 
     def _limit_rejection(self, policy: KeyPolicy, limits: Limits, out: Outcome) -> Rejection:
         reason = REASONS[out.code]
         retry = max(1, int(out.retry_after_s + 0.999))
         headers = [(b"retry-after", b"%d" % retry), (b"retry-after-ms", b"%d" % (
             max(1, round(out.retry_after_s * 1000))))]  # fmt: skip
-        if limits.rpm:
-            headers.append((b"x-ratelimit-limit-requests", b"%d" % limits.rpm))
-        if limits.tpm:
-            headers.append((b"x-ratelimit-limit-tokens", b"%d" % limits.tpm))
+        headers += [h for h in _limit_headers(limits) if h is not None]
         if out.code == BUDGET:
             return self._reject(
                 429, "budget",
