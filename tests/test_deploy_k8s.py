@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from deploy_plans import s0, s4
+from deploy_plans import KUBECTL, s0, s4
 
 from inferplane.deploy import RenderOptions, render, render_files
 from inferplane.deploy.checks import check_k8s_dir
@@ -229,11 +228,11 @@ def test_namespace_and_version_errors(tmp_path: Path) -> None:
         render_files(fleet, plan, "helm", RenderOptions(fleet_text=text))
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
 def test_kubectl_kustomize_builds(tmp_path: Path) -> None:
     fleet, plan, text = s4()
     render(fleet, plan, "k8s", tmp_path, options=RenderOptions(fleet_text=text))
-    result = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True,
+    result = subprocess.run([str(KUBECTL), "kustomize", str(tmp_path)], capture_output=True,
                             text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_plans import PP_FLEET, llama70b_pp, pp_instance, s4
+from deploy_plans import KUBECTL, PP_FLEET, llama70b_pp, pp_instance, s4
 
 from inferplane.deploy import RenderOptions, render, render_files
 from inferplane.deploy.checks import Doc, check_k8s_dir, schema_problems, semantic_problems
@@ -183,9 +183,9 @@ def test_render_is_valid_and_kustomize_builds(tmp_path: Path) -> None:
     out = _valid(tmp_path)
     kust = yaml.safe_load((out / "kustomization.yaml").read_text())
     assert LWS_FILE in kust["resources"]
-    if shutil.which("kubectl") is None:
+    if KUBECTL is None:
         pytest.skip("kubectl not installed")
-    result = subprocess.run(["kubectl", "kustomize", str(out)], capture_output=True,
+    result = subprocess.run([KUBECTL, "kustomize", str(out)], capture_output=True,
                             text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     built = [d for d in yaml.safe_load_all(result.stdout) if d]

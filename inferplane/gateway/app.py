@@ -156,9 +156,6 @@ class GatewayApp:
         self._models_body = self._render_models()
         self._started = False
         if tenancy is not None:
-            from inferplane.tenancy.ledger import Usage
-
-            self._usage = Usage  # imported once here, not per request
             tenancy.register_metrics(self.metrics.registry)
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -318,8 +315,13 @@ class GatewayApp:
             return
         model = data["model"]
         adm: Admission | None = None
-        if self.tenancy is not None:
-            verdict = await self.tenancy.admit(auth, model, estimate_prompt_tokens(body))
+        tenancy = self.tenancy
+        if tenancy is not None:
+            est = estimate_prompt_tokens(body)
+            if tenancy.sync_limits:
+                verdict = tenancy.admit_now(auth, model, est)
+            else:
+                verdict = await tenancy.admit(auth, model, est)
             if not hasattr(verdict, "lease"):  # a Rejection (401/403/429)
                 await self._respond(
                     send, verdict.status, verdict.body(), rid, extra=verdict.headers
@@ -727,11 +729,12 @@ class GatewayApp:
         if adm is None or self.tenancy is None:
             return
         backend = rec.backend
-        # Positional: ts, request_id, key_id, model, replica, prompt_tokens,
-        # completion_tokens, status, stream, duration_s, ttft_s, queue_wait_s.
+        # A plain tuple in the ledger's column order (inferplane.tenancy.ledger.Usage):
+        # ts, request_id, key_id, model, replica, prompt_tokens, completion_tokens, status,
+        # stream, duration_s, ttft_s, queue_wait_s.
         self.tenancy.record(
             adm,
-            self._usage(
+            (
                 time.time(),
                 rid.decode("latin-1"),
                 adm.key_id,

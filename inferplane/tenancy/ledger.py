@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections import deque
 from itertools import chain
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Integer, case, cast, func, insert, select
 
@@ -41,6 +41,13 @@ class Usage(NamedTuple):
     ttft_s: float
     queue_wait_s: float
 
+
+# The same row as a plain tuple, what the gateway builds per request (no constructor call).
+LedgerRow = tuple[float, str, str | None, str, str, int, int, int, bool, float, float, float]
+# Positions in a LedgerRow (Final: mypy then knows each element's type).
+TS: Final = 0
+PROMPT_TOKENS: Final = 5
+COMPLETION_TOKENS: Final = 6
 
 _COLUMNS = Usage._fields
 # Positional placeholders per DBAPI paramstyle, for the raw executemany fast path.
@@ -72,7 +79,7 @@ def _insert_sql(dialect: Any, rows_per_statement: int = 1) -> str | None:
     return f"INSERT INTO {quote(UsageRow.__tablename__)} ({cols}) VALUES {values}"
 
 
-def _grouped(rows: list[Usage], per: int) -> tuple[list[tuple[Any, ...]], list[Usage]]:
+def _grouped(rows: list[LedgerRow], per: int) -> tuple[list[tuple[Any, ...]], list[LedgerRow]]:
     """Flattened parameter tuples of `per` rows each, and the rows left over."""
     whole = len(rows) - len(rows) % per
     groups = [tuple(chain.from_iterable(rows[i : i + per])) for i in range(0, whole, per)]
@@ -95,7 +102,7 @@ class UsageLedger:
         self.batch_size = batch_size
         self.max_backoff_s = max_backoff_s
         self.write_timeout_s = write_timeout_s
-        self._buf: deque[Usage] = deque()
+        self._buf: deque[LedgerRow] = deque()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.written = 0
@@ -107,11 +114,12 @@ class UsageLedger:
     def pending(self) -> int:
         return len(self._buf)
 
-    def add(self, usage: Usage) -> None:
-        if len(self._buf) >= self.max_buffer:
-            self._buf.popleft()
+    def add(self, row: LedgerRow) -> None:
+        buf = self._buf
+        if len(buf) >= self.max_buffer:
+            buf.popleft()
             self.dropped += 1
-        self._buf.append(usage)
+        buf.append(row)
 
     def start(self) -> None:
         if self._task is None:
@@ -156,10 +164,12 @@ class UsageLedger:
         self.flushes += 1
         return len(rows)
 
-    async def _insert(self, conn: Any, rows: list[Usage]) -> None:
+    async def _insert(self, conn: Any, rows: list[LedgerRow]) -> None:
         sql = _insert_sql(conn.dialect)
         if sql is None:
-            await conn.execute(insert(UsageRow), [r._asdict() for r in rows])
+            await conn.execute(
+                insert(UsageRow), [dict(zip(_COLUMNS, r, strict=True)) for r in rows]
+            )
             return
         if self.store.is_sqlite and len(rows) >= SQLITE_ROWS_PER_STATEMENT:
             groups, rows = _grouped(rows, SQLITE_ROWS_PER_STATEMENT)
@@ -168,7 +178,7 @@ class UsageLedger:
         if rows:
             await conn.exec_driver_sql(sql, rows)
 
-    def _requeue(self, batch: deque[Usage]) -> None:
+    def _requeue(self, batch: deque[LedgerRow]) -> None:
         batch.extend(self._buf)  # rows added while the write was in flight go after
         overflow = len(batch) - self.max_buffer
         for _ in range(max(0, overflow)):

@@ -17,10 +17,11 @@ from __future__ import annotations
 import calendar
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 WINDOW_S = 60.0
+Lease = str | int  # names one request's concurrency slot (str when shared through Redis)
 OK, CONCURRENCY, REQUESTS, TOKENS, BUDGET, TOO_LARGE = 0, 1, 2, 3, 4, 5
 REASONS = {
     CONCURRENCY: "concurrent requests",
@@ -41,10 +42,11 @@ class Limits:
     max_concurrent: int | None = None
     budget_tokens: int | None = None
     budget_period: str = "month"
+    unlimited: bool = field(init=False, compare=False, repr=False)  # read per request
 
-    @property
-    def unlimited(self) -> bool:
-        return not (self.rpm or self.tpm or self.max_concurrent or self.budget_tokens)
+    def __post_init__(self) -> None:
+        unlimited = not (self.rpm or self.tpm or self.max_concurrent or self.budget_tokens)
+        object.__setattr__(self, "unlimited", unlimited)
 
 
 @dataclass(slots=True)  # not frozen: built on every admitted request, frozen init is slower
@@ -111,7 +113,7 @@ class _KeyState:
     __slots__ = ("budget", "leases", "req_tat", "tok_tat")
 
     def __init__(self) -> None:
-        self.leases: dict[str, float] = {}
+        self.leases: dict[Lease, float] = {}
         self.req_tat = 0.0
         self.tok_tat = 0.0
         self.budget: dict[str, int] = {}
@@ -130,9 +132,10 @@ class MemoryLimiter:
         return self.acquire_now(key_id, lease, limits, est_tokens, now)
 
     def acquire_now(
-        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+        self, key_id: str, lease: Lease, limits: Limits, est_tokens: int, now: float
     ) -> Outcome:
-        """`acquire` without a coroutine (the gateway's admission step calls this)."""
+        """`acquire` without a coroutine (the gateway's admission step calls this).
+        `lease` only has to be unique within this process."""
         st = self._keys.get(key_id)
         if st is None:
             st = self._keys[key_id] = _KeyState()
@@ -165,8 +168,11 @@ class MemoryLimiter:
             st.tok_tat = tok_new
         if bucket:
             st.budget[bucket] = st.budget.get(bucket, 0) + est_tokens
-        rr, rs = _remaining(limits.rpm, st.req_tat, now)
-        tr, ts = _remaining(limits.tpm, st.tok_tat, now)
+        # What is left after this request (inline: `_remaining` for just-admitted tats).
+        rs = req_new - now if limits.rpm else 0.0
+        ts = tok_new - now if limits.tpm else 0.0
+        rr = int((WINDOW_S - rs) * limits.rpm / WINDOW_S + 1e-9) if limits.rpm else 0
+        tr = int((WINDOW_S - ts) * limits.tpm / WINDOW_S + 1e-9) if limits.tpm else 0
         return Outcome(OK, 0.0, rr, rs, tr, ts)
 
     async def release(
@@ -175,7 +181,7 @@ class MemoryLimiter:
         self.release_now(key_id, lease, limits, delta_tokens, now)
 
     def release_now(
-        self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
+        self, key_id: str, lease: Lease, limits: Limits, delta_tokens: int, now: float
     ) -> None:
         """`release` without a coroutine (the gateway calls it in its `finally`)."""
         st = self._keys.get(key_id)

@@ -3,7 +3,7 @@
     adm = await tenancy.admit(authorization_header, model, prompt_tokens_estimate)
     if isinstance(adm, Rejection): answer adm.status with adm.body() and adm.headers
     ... proxy ...
-    tenancy.record(adm, usage)
+    tenancy.record(adm, Usage(...))   # or the same fields as a plain tuple (LedgerRow)
 
 Nothing here touches the database on the hot path: keys and routes are cached and
 refreshed every `refresh_s`, usage rows go to the batched ledger, limits are in memory or
@@ -36,11 +36,19 @@ from inferplane.gateway.config import WeightedRoute, WeightedTarget
 from inferplane.gateway.state import GatewayState, WeightedChooser
 from inferplane.store import Store
 from inferplane.tenancy.keys import KeyPolicy, active_policies, key_count
-from inferplane.tenancy.ledger import Usage, UsageLedger, tokens_since
+from inferplane.tenancy.ledger import (
+    COMPLETION_TOKENS,
+    PROMPT_TOKENS,
+    TS,
+    LedgerRow,
+    UsageLedger,
+    tokens_since,
+)
 from inferplane.tenancy.limits import (
     BUDGET,
     REASONS,
     TOO_LARGE,
+    Lease,
     Limiter,
     Limits,
     MemoryLimiter,
@@ -91,12 +99,12 @@ class Admission:
     """An admitted request: who it is, what it reserved, headers for the response."""
 
     key_id: str | None
-    lease: str = ""
-    est_tokens: int = 0
-    limits: Limits | None = None
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    limits: Limits | None = None  # what `lease` holds; None: nothing to release
     batch: bool = False  # the key's priority class is batch
     route_to: str | None = None  # a per-key override picked this model
+    lease: Lease = ""
+    est_tokens: int = 0
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -189,7 +197,9 @@ class Tenancy:
         self._pending: set[asyncio.Task[None]] = set()
         self.rejected: dict[str, int] = {}
         self.limiter_errors = 0
-        self._memory = isinstance(self.limiter, MemoryLimiter)
+        # Limits in this process's memory: `admit_now` decides without awaiting.
+        self._memory_limiter = self.limiter if isinstance(self.limiter, MemoryLimiter) else None
+        self.sync_limits = self._memory_limiter is not None
         # Authorization header -> policy, for the current `keys` dict only (a refresh that
         # replaces it, e.g. after a revocation, empties the cache). Hits only, bounded.
         self._auth_cache: dict[bytes, KeyPolicy] = {}
@@ -328,11 +338,51 @@ class Tenancy:
             self._auth_cache[authorization] = policy
         return policy
 
+    def admit_now(
+        self, authorization: bytes | None, model: str, est_tokens: int
+    ) -> Admission | Rejection:
+        """The whole admission decision without awaiting: valid when `sync_limits` (limits in
+        this process's memory). Kept flat on purpose: it runs on every request."""
+        adm = self._identify(authorization, model)
+        if isinstance(adm, Rejection):
+            return adm
+        limits = adm.limits
+        if limits is None:
+            return adm
+        self._lease_seq += 1
+        lease = self._lease_seq  # unique in this process: enough for in-memory limits
+        limiter = self._memory_limiter
+        assert limiter is not None, "admit_now needs in-memory limits (see sync_limits)"
+        out = limiter.acquire_now(adm.key_id or "", lease, limits, est_tokens, self.clock())
+        return self._admitted(adm, limits, lease, est_tokens, out)
+
     async def admit(
         self, authorization: bytes | None, model: str, est_tokens: int
     ) -> Admission | Rejection:
+        """Admission for any limiter (Redis: one round trip)."""
+        if self.sync_limits:
+            return self.admit_now(authorization, model, est_tokens)
+        adm = self._identify(authorization, model)
+        if isinstance(adm, Rejection) or adm.limits is None:
+            return adm
+        limits = adm.limits
+        self._lease_seq += 1
+        lease = self._lease_prefix + str(self._lease_seq)  # unique across gateway replicas
+        try:
+            out = await self.limiter.acquire(
+                adm.key_id or "", lease, limits, est_tokens, self.clock()
+            )
+        except Exception as exc:  # a limiter outage must not take the gateway down
+            self.limiter_errors += 1
+            log.warning("limiter unavailable, admitting without limits: %s", exc)
+            adm.limits = None
+            return adm
+        return self._admitted(adm, limits, lease, est_tokens, out)
+
+    def _identify(self, authorization: bytes | None, model: str) -> Admission | Rejection:
+        """Who is calling and may they use `model`: an Admission whose `limits` are still to
+        be acquired (None: unlimited), or the 401/403."""
         policy = self.authenticate(authorization)
-        now = self.clock()
         if policy is None:
             if not self.auth_required:
                 return ANONYMOUS
@@ -341,7 +391,7 @@ class Tenancy:
             else:
                 msg = "You didn't provide an API key. Send 'Authorization: Bearer KEY'."
             return self._reject(401, "auth", msg, "invalid_request_error", "invalid_api_key")
-        if policy.expires_at is not None and policy.expires_at <= now:
+        if policy.expires_at is not None and policy.expires_at <= self.clock():
             return self._reject(
                 401, "expired", f"API key {policy.id} has expired.", "invalid_request_error",
                 "invalid_api_key",
@@ -351,33 +401,23 @@ class Tenancy:
                 403, "model", f"API key {policy.id} may not use model `{model}`.",
                 "invalid_request_error", "model_not_allowed",
             )  # fmt: skip
-        limits = self._effective(policy.limits)
-        adm = Admission(policy.id, batch=policy.priority == "batch")
-        overrides = self._per_key.get(policy.id)
-        if overrides:
-            chooser = overrides.get(model)
+        limits = policy.limits if self._no_defaults else self._effective(policy.limits)
+        adm = Admission(
+            policy.id, None if limits.unlimited else limits, policy.priority == "batch"
+        )
+        if self._per_key:
+            chooser = self._per_key.get(policy.id, {}).get(model)
             if chooser is not None:
                 adm.route_to = chooser.choose()
-        if limits.unlimited:
-            return adm
-        self._lease_seq += 1
-        lease = self._lease_prefix + str(self._lease_seq)
-        try:
-            if self._memory:  # no I/O: skip the coroutine
-                limiter = self.limiter
-                assert isinstance(limiter, MemoryLimiter)
-                out = limiter.acquire_now(policy.id, lease, limits, est_tokens, now)
-            else:
-                out = await self.limiter.acquire(policy.id, lease, limits, est_tokens, now)
-        except Exception as exc:  # a limiter outage must not take the gateway down
-            self.limiter_errors += 1
-            log.warning("limiter unavailable, admitting without limits: %s", exc)
-            return adm
-        if not out.allowed:
-            return self._limit_rejection(policy, limits, out)
+        return adm
+
+    def _admitted(
+        self, adm: Admission, limits: Limits, lease: Lease, est_tokens: int, out: Outcome
+    ) -> Admission | Rejection:
+        if out.code:  # a limit refused
+            return self._limit_rejection(adm.key_id or "", limits, out)
         adm.lease = lease
         adm.est_tokens = est_tokens
-        adm.limits = limits
         adm.headers = self._headers(limits, out)
         return adm
 
@@ -412,7 +452,7 @@ class Tenancy:
             )
         return headers
 
-    def _limit_rejection(self, policy: KeyPolicy, limits: Limits, out: Outcome) -> Rejection:
+    def _limit_rejection(self, key_id: str, limits: Limits, out: Outcome) -> Rejection:
         reason = REASONS[out.code]
         retry = max(1, int(out.retry_after_s + 0.999))
         headers = [(b"retry-after", b"%d" % retry), (b"retry-after-ms", b"%d" % (
@@ -421,7 +461,7 @@ class Tenancy:
         if out.code == BUDGET:
             return self._reject(
                 429, "budget",
-                f"API key {policy.id} has used its token budget of {limits.budget_tokens} "
+                f"API key {key_id} has used its token budget of {limits.budget_tokens} "
                 f"for this {limits.budget_period}.",
                 "insufficient_quota", "insufficient_quota", headers,
             )  # fmt: skip
@@ -434,34 +474,34 @@ class Tenancy:
             )  # fmt: skip
         return self._reject(
             429, reason.replace(" ", "_"),
-            f"Rate limit reached for {reason} on API key {policy.id}. "
+            f"Rate limit reached for {reason} on API key {key_id}. "
             f"Please try again in {out.retry_after_s:.3g}s.",
             "requests" if reason != "tokens per minute" else "tokens",
             "rate_limit_exceeded", headers,
         )  # fmt: skip
 
-    def record(self, adm: Admission, usage: Usage) -> None:
+    def record(self, adm: Admission, row: LedgerRow) -> None:
         """After the response: free the concurrency slot, correct the token estimate with
-        the engine's usage, and queue the ledger row. Never blocks."""
-        if adm.limits is not None:
-            delta = usage.prompt_tokens + usage.completion_tokens - adm.est_tokens
-            limiter = self.limiter
-            if self._memory:
-                assert isinstance(limiter, MemoryLimiter)
-                limiter.release_now(adm.key_id or "", adm.lease, adm.limits, delta, usage.ts)
+        the engine's usage, and queue the ledger row (a `Usage` or the same plain tuple).
+        Never blocks."""
+        limits = adm.limits
+        if limits is not None:
+            delta = row[PROMPT_TOKENS] + row[COMPLETION_TOKENS] - adm.est_tokens
+            limiter = self._memory_limiter
+            if limiter is not None:
+                limiter.release_now(adm.key_id or "", adm.lease, limits, delta, row[TS])
             else:
                 task = asyncio.get_running_loop().create_task(
-                    self._release(adm, delta, usage.ts)
+                    self._release(adm, limits, delta, row[TS])
                 )
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
         if self.ledger is not None:
-            self.ledger.add(usage)
+            self.ledger.add(row)
 
-    async def _release(self, adm: Admission, delta: int, now: float) -> None:
-        assert adm.limits is not None
+    async def _release(self, adm: Admission, limits: Limits, delta: int, now: float) -> None:
         try:
-            await self.limiter.release(adm.key_id or "", adm.lease, adm.limits, delta, now)
+            await self.limiter.release(adm.key_id or "", str(adm.lease), limits, delta, now)
         except Exception as exc:  # the lease expires on its own (lease_ttl_s)
             self.limiter_errors += 1
             log.warning("limiter release failed: %s", exc)
