@@ -104,7 +104,9 @@ class UsageLedger:
         self.write_timeout_s = write_timeout_s
         self._buf: deque[LedgerRow] = deque()
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
+        # One flush at a time: an explicit flush (stop, tests) waits for the background one
+        # in flight, so "flush returned" means every row added before it is written.
+        self._flushing = asyncio.Lock()
         self.written = 0
         self.dropped = 0
         self.failures = 0
@@ -149,6 +151,10 @@ class UsageLedger:
 
     async def flush(self) -> int:
         """Insert everything buffered; on failure the rows go back to the buffer's front."""
+        async with self._flushing:
+            return await self._flush()
+
+    async def _flush(self) -> int:
         if not self._buf:
             return 0
         batch, self._buf = self._buf, deque()
