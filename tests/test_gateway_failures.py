@@ -17,13 +17,16 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 STREAM = {**CHAT, "stream": True}
 
 
+_HELD_PORTS: list[socket.socket] = []
+
+
 def dead_url() -> str:
-    """A port nobody listens on (bound then closed)."""
+    """A port nobody listens on: bound and kept (not listening), so connecting is refused
+    and no other server of the test run can take the port meanwhile."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"
+    _HELD_PORTS.append(sock)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def gateway(harness: Harness, urls: list[str], **route: object) -> tuple[GatewayApp, str]:  # noqa: F811
