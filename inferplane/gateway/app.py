@@ -11,7 +11,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
@@ -107,7 +107,7 @@ class _Record:
 
     def __init__(self) -> None:
         self.backend: Backend | None = None
-        self.headers: list[tuple[bytes, bytes]] = []  # tenancy's x-ratelimit-* headers
+        self.headers: Sequence[tuple[bytes, bytes]] = ()  # tenancy's x-ratelimit-* headers
         self.stripper: UsageStripper | None = None  # drops the usage event tenancy asked for
         self.status = 0
         self.ttft = 0.0
@@ -248,7 +248,7 @@ class GatewayApp:
         body: bytes,
         rid: bytes,
         content_type: bytes = b"application/json",
-        extra: list[tuple[bytes, bytes]] | None = None,
+        extra: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
         headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
         if rid:

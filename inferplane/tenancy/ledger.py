@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from itertools import chain
@@ -62,6 +63,7 @@ _PLACEHOLDERS = {
 SQLITE_ROWS_PER_STATEMENT = 64
 
 
+@functools.lru_cache(maxsize=16)  # per engine dialect; built once, not on every flush
 def _insert_sql(dialect: Any, rows_per_statement: int = 1) -> str | None:
     """INSERT of `rows_per_statement` rows in the driver's own paramstyle, or None (unknown
     paramstyle: use SQLAlchemy's insert). Executing it with tuples skips SQLAlchemy's

@@ -18,9 +18,10 @@ import calendar
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 WINDOW_S = 60.0
+_OVER = WINDOW_S + 1e-9  # a theoretical arrival time further ahead than this is refused
 Lease = str | int  # names one request's concurrency slot (str when shared through Redis)
 OK, CONCURRENCY, REQUESTS, TOKENS, BUDGET, TOO_LARGE = 0, 1, 2, 3, 4, 5
 REASONS = {
@@ -42,15 +43,20 @@ class Limits:
     max_concurrent: int | None = None
     budget_tokens: int | None = None
     budget_period: str = "month"
-    unlimited: bool = field(init=False, compare=False, repr=False)  # read per request
+    # Derived once, read per request: no limit at all; seconds of the window one request /
+    # one token uses up (0.0: that limit is off).
+    unlimited: bool = field(init=False, compare=False, repr=False)
+    request_interval: float = field(init=False, compare=False, repr=False)
+    token_interval: float = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         unlimited = not (self.rpm or self.tpm or self.max_concurrent or self.budget_tokens)
         object.__setattr__(self, "unlimited", unlimited)
+        object.__setattr__(self, "request_interval", WINDOW_S / self.rpm if self.rpm else 0.0)
+        object.__setattr__(self, "token_interval", WINDOW_S / self.tpm if self.tpm else 0.0)
 
 
-@dataclass(slots=True)  # not frozen: built on every admitted request, frozen init is slower
-class Outcome:
+class Outcome(NamedTuple):  # a tuple: built on every admitted request, cheapest to make
     """What a backend decided: `code` is OK or the first limit that refused."""
 
     code: int
@@ -135,45 +141,48 @@ class MemoryLimiter:
         self, key_id: str, lease: Lease, limits: Limits, est_tokens: int, now: float
     ) -> Outcome:
         """`acquire` without a coroutine (the gateway's admission step calls this).
-        `lease` only has to be unique within this process."""
+        `lease` only has to be unique within this process. Written for few bytecodes: it
+        runs on every request (docs/tenancy.md, "Cost on the hot path")."""
         st = self._keys.get(key_id)
         if st is None:
             st = self._keys[key_id] = _KeyState()
-        if limits.max_concurrent:
-            if len(st.leases) >= limits.max_concurrent:
-                st.leases = {k: v for k, v in st.leases.items() if v > now}
-            if len(st.leases) >= limits.max_concurrent:
+        max_concurrent = limits.max_concurrent
+        if max_concurrent and len(st.leases) >= max_concurrent:
+            st.leases = {k: v for k, v in st.leases.items() if v > now}  # drop expired
+            if len(st.leases) >= max_concurrent:
                 return Outcome(CONCURRENCY, 1.0)
-        req_new = tok_new = 0.0
-        if limits.rpm:
-            req_new = max(st.req_tat, now) + WINDOW_S / limits.rpm
-            if req_new - now > WINDOW_S + 1e-9:
-                return Outcome(REQUESTS, req_new - now - WINDOW_S)
-        if limits.tpm:
-            if est_tokens > limits.tpm:
+        # GCRA: the new theoretical arrival time may be at most one window ahead of now.
+        req_ahead = tok_ahead = 0.0
+        req_interval = limits.request_interval
+        if req_interval:
+            tat = st.req_tat
+            req_ahead = (tat if tat > now else now) + req_interval - now
+            if req_ahead > _OVER:
+                return Outcome(REQUESTS, req_ahead - WINDOW_S)
+        tok_interval = limits.token_interval
+        if tok_interval:
+            cost = est_tokens * tok_interval
+            if cost > _OVER:  # more tokens than the whole per-minute allowance
                 return Outcome(TOO_LARGE, WINDOW_S)
-            tok_new = max(st.tok_tat, now) + est_tokens * WINDOW_S / limits.tpm
-            if tok_new - now > WINDOW_S + 1e-9:
-                return Outcome(TOKENS, tok_new - now - WINDOW_S)
-        bucket = ""
+            tat = st.tok_tat
+            tok_ahead = (tat if tat > now else now) + cost - now
+            if tok_ahead > _OVER:
+                return Outcome(TOKENS, tok_ahead - WINDOW_S)
         if limits.budget_tokens:
             bucket, left = budget_window(limits.budget_period, now)
             if st.budget.get(bucket, 0) >= limits.budget_tokens:
                 return Outcome(BUDGET, left or 0.0)
-        if limits.max_concurrent:
-            st.leases[lease] = now + self.lease_ttl_s
-        if limits.rpm:
-            st.req_tat = req_new
-        if limits.tpm:
-            st.tok_tat = tok_new
-        if bucket:
             st.budget[bucket] = st.budget.get(bucket, 0) + est_tokens
-        # What is left after this request (inline: `_remaining` for just-admitted tats).
-        rs = req_new - now if limits.rpm else 0.0
-        ts = tok_new - now if limits.tpm else 0.0
-        rr = int((WINDOW_S - rs) * limits.rpm / WINDOW_S + 1e-9) if limits.rpm else 0
-        tr = int((WINDOW_S - ts) * limits.tpm / WINDOW_S + 1e-9) if limits.tpm else 0
-        return Outcome(OK, 0.0, rr, rs, tr, ts)
+        if max_concurrent:
+            st.leases[lease] = now + self.lease_ttl_s
+        requests_left = tokens_left = 0
+        if req_interval:
+            st.req_tat = now + req_ahead
+            requests_left = int((WINDOW_S - req_ahead) / req_interval + 1e-9)
+        if tok_interval:
+            st.tok_tat = now + tok_ahead
+            tokens_left = int((WINDOW_S - tok_ahead) / tok_interval + 1e-9)
+        return Outcome(OK, 0.0, requests_left, req_ahead, tokens_left, tok_ahead)
 
     async def release(
         self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
@@ -187,12 +196,14 @@ class MemoryLimiter:
         st = self._keys.get(key_id)
         if st is None:
             return
-        st.leases.pop(lease, None)
-        if limits.tpm and delta_tokens:
-            st.tok_tat += delta_tokens * WINDOW_S / limits.tpm
-        if limits.budget_tokens and delta_tokens:
-            bucket, _ = budget_window(limits.budget_period, now)
-            st.budget[bucket] = st.budget.get(bucket, 0) + delta_tokens
+        if limits.max_concurrent:
+            st.leases.pop(lease, None)
+        if delta_tokens:
+            if limits.token_interval:
+                st.tok_tat += delta_tokens * limits.token_interval
+            if limits.budget_tokens:
+                bucket, _ = budget_window(limits.budget_period, now)
+                st.budget[bucket] = st.budget.get(bucket, 0) + delta_tokens
 
     async def seed_budget(self, key_id: str, bucket: str, used_tokens: int) -> None:
         st = self._keys.setdefault(key_id, _KeyState())

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -78,24 +78,7 @@ def _duration(seconds: float) -> bytes:
     return f"{rest:g}s".encode()
 
 
-# Per Limits (a handful of distinct policies): the constant x-ratelimit-limit-* headers.
-_LIMIT_HEADERS: dict[Limits, tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes] | None]] = {}
-
-
-def _limit_headers(limits: Limits) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes] | None]:
-    pair = _LIMIT_HEADERS.get(limits)
-    if pair is None:
-        if len(_LIMIT_HEADERS) > 10_000:
-            _LIMIT_HEADERS.clear()
-        pair = _LIMIT_HEADERS[limits] = (
-            (b"x-ratelimit-limit-requests", b"%d" % limits.rpm) if limits.rpm else None,
-            (b"x-ratelimit-limit-tokens", b"%d" % limits.tpm) if limits.tpm else None,
-        )
-    return pair
-
-
-@dataclass(slots=True)
-class Admission:
+class Admission(NamedTuple):  # a tuple: one is built per admitted request, cheapest to make
     """An admitted request: who it is, what it reserved, headers for the response."""
 
     key_id: str | None
@@ -104,7 +87,7 @@ class Admission:
     route_to: str | None = None  # a per-key override picked this model
     lease: Lease = ""
     est_tokens: int = 0
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    headers: Sequence[tuple[bytes, bytes]] = ()
 
 
 @dataclass(slots=True)
@@ -123,6 +106,19 @@ class Rejection:
 
 
 ANONYMOUS = Admission(None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    """A valid Authorization header, resolved once per key refresh: what every request with
+    it needs, precomputed so admission is a dict hit plus the limiter."""
+
+    policy: KeyPolicy
+    limits: Limits | None  # effective limits (key's, else the fleet's defaults); None: unlimited
+    batch: bool
+    plain: Admission  # the admission of every request when `limits` is None (never mutated)
+    requests_limit: tuple[bytes, bytes] | None  # constant x-ratelimit-limit-* headers
+    tokens_limit: tuple[bytes, bytes] | None
 
 
 class _Collector(Collector):
@@ -200,10 +196,9 @@ class Tenancy:
         # Limits in this process's memory: `admit_now` decides without awaiting.
         self._memory_limiter = self.limiter if isinstance(self.limiter, MemoryLimiter) else None
         self.sync_limits = self._memory_limiter is not None
-        # Authorization header -> policy, for the current `keys` dict only (a refresh that
-        # replaces it, e.g. after a revocation, empties the cache). Hits only, bounded.
-        self._auth_cache: dict[bytes, KeyPolicy] = {}
-        self._auth_cache_for: dict[str, KeyPolicy] | None = None
+        # Valid Authorization header -> resolved key, for the current `keys` dict only.
+        self._callers: dict[bytes, _Caller] = {}
+        self._callers_for: dict[str, KeyPolicy] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -319,42 +314,70 @@ class Tenancy:
         return Rejection(status, message, type_, code, headers or [])
 
     def authenticate(self, authorization: bytes | None) -> KeyPolicy | None:
+        caller = self._caller(authorization)
+        return caller.policy if caller is not None else None
+
+    def _caller(self, authorization: bytes | None) -> _Caller | None:
+        """The resolved key for an Authorization header, or None. Hits come from a cache of
+        valid headers for the current `keys` dict (a refresh that replaces it, e.g. after a
+        revocation, empties the cache); misses hash the secret."""
         if not authorization:
             return None
-        keys = self.keys
-        if self._auth_cache_for is not keys:
-            self._auth_cache.clear()
-            self._auth_cache_for = keys
-        policy = self._auth_cache.get(authorization)
-        if policy is not None:
-            return policy
+        if self._callers_for is not self.keys:
+            self._callers = {}
+            self._callers_for = self.keys
+        caller = self._callers.get(authorization)
+        if caller is not None:
+            return caller
         scheme, _, token = authorization.partition(b" ")
         if scheme.lower() != b"bearer" or not token:
             return None
-        policy = keys.get(hashlib.sha256(token.strip()).hexdigest())
-        if policy is not None:
-            if len(self._auth_cache) >= AUTH_CACHE_SIZE:
-                self._auth_cache.clear()
-            self._auth_cache[authorization] = policy
-        return policy
+        policy = self.keys.get(hashlib.sha256(token.strip()).hexdigest())
+        if policy is None:
+            return None
+        limits = policy.limits if self._no_defaults else self._effective(policy.limits)
+        batch = policy.priority == "batch"
+        caller = _Caller(
+            policy,
+            None if limits.unlimited else limits,
+            batch,
+            Admission(policy.id, None, batch),
+            (b"x-ratelimit-limit-requests", b"%d" % limits.rpm) if limits.rpm else None,
+            (b"x-ratelimit-limit-tokens", b"%d" % limits.tpm) if limits.tpm else None,
+        )
+        if len(self._callers) >= AUTH_CACHE_SIZE:
+            self._callers.clear()
+        self._callers[authorization] = caller
+        return caller
 
     def admit_now(
         self, authorization: bytes | None, model: str, est_tokens: int
     ) -> Admission | Rejection:
         """The whole admission decision without awaiting: valid when `sync_limits` (limits in
-        this process's memory). Kept flat on purpose: it runs on every request."""
-        adm = self._identify(authorization, model)
-        if isinstance(adm, Rejection):
-            return adm
-        limits = adm.limits
+        this process's memory). Kept flat on purpose: it runs on every request, and inside
+        the gateway every call and object costs several times what a micro-benchmark shows
+        (docs/tenancy.md, "Cost on the hot path")."""
+        now = self.clock()
+        caller = self._identify(authorization, model, now)
+        if not isinstance(caller, _Caller):
+            return caller  # anonymous, 401 or 403
+        limits = caller.limits
+        route_to = self._route_override(caller.policy.id, model) if self._per_key else None
         if limits is None:
-            return adm
+            if route_to is None:
+                return caller.plain
+            return Admission(caller.policy.id, None, caller.batch, route_to)
         self._lease_seq += 1
         lease = self._lease_seq  # unique in this process: enough for in-memory limits
         limiter = self._memory_limiter
         assert limiter is not None, "admit_now needs in-memory limits (see sync_limits)"
-        out = limiter.acquire_now(adm.key_id or "", lease, limits, est_tokens, self.clock())
-        return self._admitted(adm, limits, lease, est_tokens, out)
+        out = limiter.acquire_now(caller.policy.id, lease, limits, est_tokens, now)
+        if out.code:  # a limit refused
+            return self._limit_rejection(caller.policy.id, limits, out)
+        return Admission(
+            caller.policy.id, limits, caller.batch, route_to, lease, est_tokens,
+            self._headers(caller, out),
+        )  # fmt: skip
 
     async def admit(
         self, authorization: bytes | None, model: str, est_tokens: int
@@ -362,28 +385,36 @@ class Tenancy:
         """Admission for any limiter (Redis: one round trip)."""
         if self.sync_limits:
             return self.admit_now(authorization, model, est_tokens)
-        adm = self._identify(authorization, model)
-        if isinstance(adm, Rejection) or adm.limits is None:
-            return adm
-        limits = adm.limits
+        now = self.clock()
+        caller = self._identify(authorization, model, now)
+        if not isinstance(caller, _Caller):
+            return caller
+        key_id = caller.policy.id
+        route_to = self._route_override(key_id, model) if self._per_key else None
+        limits = caller.limits
+        if limits is None:
+            return Admission(key_id, None, caller.batch, route_to)
         self._lease_seq += 1
         lease = self._lease_prefix + str(self._lease_seq)  # unique across gateway replicas
         try:
-            out = await self.limiter.acquire(
-                adm.key_id or "", lease, limits, est_tokens, self.clock()
-            )
+            out = await self.limiter.acquire(key_id, lease, limits, est_tokens, now)
         except Exception as exc:  # a limiter outage must not take the gateway down
             self.limiter_errors += 1
             log.warning("limiter unavailable, admitting without limits: %s", exc)
-            adm.limits = None
-            return adm
-        return self._admitted(adm, limits, lease, est_tokens, out)
+            return Admission(key_id, None, caller.batch, route_to)
+        if out.code:
+            return self._limit_rejection(key_id, limits, out)
+        return Admission(
+            key_id, limits, caller.batch, route_to, lease, est_tokens, self._headers(caller, out)
+        )
 
-    def _identify(self, authorization: bytes | None, model: str) -> Admission | Rejection:
-        """Who is calling and may they use `model`: an Admission whose `limits` are still to
-        be acquired (None: unlimited), or the 401/403."""
-        policy = self.authenticate(authorization)
-        if policy is None:
+    def _identify(
+        self, authorization: bytes | None, model: str, now: float
+    ) -> _Caller | Admission | Rejection:
+        """Who is calling and may they use `model`: the key (its limits still to be
+        acquired), ANONYMOUS when auth is off and no valid key was sent, or the 401/403."""
+        caller = self._caller(authorization)
+        if caller is None:
             if not self.auth_required:
                 return ANONYMOUS
             if authorization:
@@ -391,7 +422,8 @@ class Tenancy:
             else:
                 msg = "You didn't provide an API key. Send 'Authorization: Bearer KEY'."
             return self._reject(401, "auth", msg, "invalid_request_error", "invalid_api_key")
-        if policy.expires_at is not None and policy.expires_at <= self.clock():
+        policy = caller.policy
+        if policy.expires_at is not None and policy.expires_at <= now:
             return self._reject(
                 401, "expired", f"API key {policy.id} has expired.", "invalid_request_error",
                 "invalid_api_key",
@@ -401,25 +433,12 @@ class Tenancy:
                 403, "model", f"API key {policy.id} may not use model `{model}`.",
                 "invalid_request_error", "model_not_allowed",
             )  # fmt: skip
-        limits = policy.limits if self._no_defaults else self._effective(policy.limits)
-        adm = Admission(
-            policy.id, None if limits.unlimited else limits, policy.priority == "batch"
-        )
-        if self._per_key:
-            chooser = self._per_key.get(policy.id, {}).get(model)
-            if chooser is not None:
-                adm.route_to = chooser.choose()
-        return adm
+        return caller
 
-    def _admitted(
-        self, adm: Admission, limits: Limits, lease: Lease, est_tokens: int, out: Outcome
-    ) -> Admission | Rejection:
-        if out.code:  # a limit refused
-            return self._limit_rejection(adm.key_id or "", limits, out)
-        adm.lease = lease
-        adm.est_tokens = est_tokens
-        adm.headers = self._headers(limits, out)
-        return adm
+    def _route_override(self, key_id: str, model: str) -> str | None:
+        """The model a per-key weighted override picks for this request, if one applies."""
+        chooser = self._per_key.get(key_id, {}).get(model)
+        return chooser.choose() if chooser is not None else None
 
     def _effective(self, own: Limits) -> Limits:
         if self._no_defaults:
@@ -434,9 +453,18 @@ class Tenancy:
         )
 
     @staticmethod
-    def _headers(limits: Limits, out: Outcome) -> list[tuple[bytes, bytes]]:
+    def _headers(caller: _Caller, out: Outcome) -> list[tuple[bytes, bytes]]:
         """OpenAI's x-ratelimit-* response headers for the limits the key has."""
-        requests, tokens = _limit_headers(limits)
+        requests, tokens = caller.requests_limit, caller.tokens_limit
+        if requests is not None and tokens is not None:  # the common case: one list display
+            return [
+                requests,
+                (b"x-ratelimit-remaining-requests", b"%d" % out.requests_remaining),
+                (b"x-ratelimit-reset-requests", _duration(out.requests_reset_s)),
+                tokens,
+                (b"x-ratelimit-remaining-tokens", b"%d" % out.tokens_remaining),
+                (b"x-ratelimit-reset-tokens", _duration(out.tokens_reset_s)),
+            ]
         headers: list[tuple[bytes, bytes]] = []
         if requests is not None:
             headers += (
@@ -457,7 +485,10 @@ class Tenancy:
         retry = max(1, int(out.retry_after_s + 0.999))
         headers = [(b"retry-after", b"%d" % retry), (b"retry-after-ms", b"%d" % (
             max(1, round(out.retry_after_s * 1000))))]  # fmt: skip
-        headers += [h for h in _limit_headers(limits) if h is not None]
+        if limits.rpm:
+            headers.append((b"x-ratelimit-limit-requests", b"%d" % limits.rpm))
+        if limits.tpm:
+            headers.append((b"x-ratelimit-limit-tokens", b"%d" % limits.tpm))
         if out.code == BUDGET:
             return self._reject(
                 429, "budget",
