@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds per round")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--control", action="store_true", help="two bare gateways")
+    parser.add_argument("--ratelimit-headers", choices=("always", "on_429"), default="always",
+                        help="the tenancy gateway's x-ratelimit-* mode")  # fmt: skip
     args = parser.parse_args()
     ensure_tools()
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -88,7 +90,9 @@ def main() -> None:
             env.pop(name, None)
         base = [sys.executable, "-m", "inferplane", "gateway", "--backend",
                 f"stub-model={STUB_URL}", "--host", "127.0.0.1"]  # fmt: skip
-        tenancy = ["--no-tenancy"] if args.control else ["--tenancy", "--db", db]
+        tenancy = ["--tenancy", "--db", db, "--ratelimit-headers", args.ratelimit_headers]
+        if args.control:
+            tenancy = ["--no-tenancy"]
         procs = [
             _pinned(1, ["node", "stub/stub_server.js"], tmp / "stub.log", env, args.harness),
             _pinned(0, [*base, "--port", str(PORTS["bare"]), "--no-tenancy"],

@@ -9,8 +9,16 @@ import pytest
 from typer.testing import CliRunner
 
 from inferplane.cli.main import _register_commands, app
+from inferplane.errors import InferplaneError
 
 runner = CliRunner()
+FLEET_WITH_GATEWAY = """
+gateway:
+  ratelimit_headers: {mode}
+models:
+  - name: m
+    endpoints: ["http://127.0.0.1:8100"]
+"""
 
 
 @pytest.fixture()
@@ -52,3 +60,26 @@ def test_routes_set_show_and_usage(db: list[str]) -> None:
     assert r.exit_code == 0 and r.stdout.startswith("model,requests,errors")
     r = runner.invoke(app, ["usage", "--by", "team", *db])
     assert r.exit_code != 0
+
+
+def test_gateway_ratelimit_headers_flag_is_checked(db: list[str]) -> None:
+    r = runner.invoke(app, ["gateway", "--backend", "m=http://127.0.0.1:9", "--ratelimit-headers",
+                            "sometimes", *db])  # fmt: skip
+    assert isinstance(r.exception, InferplaneError)
+    assert "--ratelimit-headers" in str(r.exception) and "on_429" in str(r.exception)
+
+
+def test_fleet_ratelimit_headers_reach_the_gateway(tmp_path: Path) -> None:
+    from inferplane.spec import load_fleet
+    from inferplane.tenancy.wiring import build_tenancy
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET_WITH_GATEWAY.format(mode="on_429"))
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    assert not build_tenancy(load_fleet(fleet), db, announce=False).headers_on_success
+    assert build_tenancy(load_fleet(fleet), db, announce=False,
+                         ratelimit_headers="always").headers_on_success  # fmt: skip
+    fleet.write_text(FLEET_WITH_GATEWAY.format(mode="sometimes"))
+    with pytest.raises(InferplaneError) as err:
+        load_fleet(fleet)
+    assert "ratelimit_headers" in str(err.value)

@@ -131,6 +131,18 @@ def test_rpm_429_with_retry_after_and_ratelimit_headers(env: Env) -> None:
     assert r.json()["error"]["code"] == "rate_limit_exceeded"  # type: ignore[attr-defined]
 
 
+def test_ratelimit_headers_on_429_only(env: Env) -> None:
+    env.tenancy.headers_on_success = False  # gateway.ratelimit_headers: on_429
+    secret = env.key("quiet", rpm=1, tpm=100_000)
+    ok = env.post(secret)
+    assert ok.status_code == 200  # type: ignore[attr-defined]
+    assert not [h for h in ok.headers if h.startswith("x-ratelimit")]  # type: ignore[attr-defined]
+    refused = env.post(secret)
+    assert refused.status_code == 429  # type: ignore[attr-defined]
+    hdr = refused.headers  # type: ignore[attr-defined]
+    assert hdr["x-ratelimit-limit-requests"] == "1" and int(hdr["retry-after"]) >= 1
+
+
 def test_budget_exhaustion(env: Env) -> None:
     secret = env.key("capped", budget_tokens=20, budget_period="day")
     codes = [env.post(secret).status_code for _ in range(4)]  # type: ignore[attr-defined]

@@ -75,6 +75,8 @@ async def test_database_outage_buffers_retries_and_counts_drops(
     assert ledger.pending == 40 and ledger.dropped == 0
     for i in range(41, 61):
         ledger.add(usage(i))
+    with pytest.raises(ConnectionRefusedError):
+        await ledger.flush()  # the buffer's bound is enforced at each flush attempt
     assert ledger.pending == 50 and ledger.dropped == 10  # the oldest 10 went
     monkeypatch.setattr(store, "engine", real_engine)
     assert await ledger.flush() == 50

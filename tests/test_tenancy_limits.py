@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
 from tenancy_fixtures import limiter  # noqa: F401
 
 from inferplane.tenancy.limits import (
@@ -17,6 +18,7 @@ from inferplane.tenancy.limits import (
     TOO_LARGE,
     Limiter,
     Limits,
+    MemoryLimiter,
     budget_window,
 )
 
@@ -75,6 +77,8 @@ async def test_concurrency_and_release(limiter: Limiter) -> None:  # noqa: F811
 
 
 async def test_leases_of_a_dead_replica_expire(limiter: Limiter) -> None:  # noqa: F811
+    if isinstance(limiter, MemoryLimiter):
+        pytest.skip("in memory, slots die with their gateway: no leases to expire")
     limits = Limits(max_concurrent=1)
     assert (await limiter.acquire("k", "a", limits, 0, T0)).code == OK
     assert (await limiter.acquire("k", "b", limits, 0, T0 + 10)).code == CONCURRENCY

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import typer
 
@@ -13,7 +13,7 @@ from inferplane.errors import InferplaneError
 
 if TYPE_CHECKING:
     from inferplane.spec import FleetSpec
-    from inferplane.tenancy.service import Tenancy
+    from inferplane.tenancy.service import RateLimitHeaders, Tenancy
 
 
 def _parse_backend(text: str) -> tuple[str, str]:
@@ -44,11 +44,24 @@ def gateway(
         None, "--db", help="Keys/usage/routes database (default: fleet's, else .inferplane/)."
     ),
     tenancy: bool = typer.Option(True, help="API keys, limits, usage ledger, DB routes."),
+    ratelimit_headers: str | None = typer.Option(
+        None,
+        "--ratelimit-headers",
+        help="x-ratelimit-* on every response of a limited key (always) or on 429s only "
+        "(on_429); default: the fleet's gateway.ratelimit_headers, else always.",
+    ),
 ) -> None:
     """Route OpenAI API traffic to a fleet's engines (chat, completions, embeddings, ...)."""
     from inferplane.gateway.config import GatewayConfig, ModelRoute
     from inferplane.gateway.server import serve
 
+    if ratelimit_headers not in (None, "always", "on_429"):
+        raise InferplaneError(
+            "unknown rate-limit header mode",
+            field="--ratelimit-headers",
+            value=ratelimit_headers,
+            fix="use always (every response, like OpenAI) or on_429 (refusals only)",
+        )
     if fleet is None and not backend:
         raise InferplaneError(
             "nothing to route",
@@ -81,11 +94,12 @@ def gateway(
         f"({len(config.models)} models)",
         err=True,
     )
-    serve(config, host, port, _tenancy(spec, db) if tenancy else None)
+    serve(config, host, port, _tenancy(spec, db, ratelimit_headers) if tenancy else None)
 
 
-def _tenancy(spec: FleetSpec | None, db: str | None) -> Tenancy:
+def _tenancy(spec: FleetSpec | None, db: str | None, ratelimit_headers: str | None) -> Tenancy:
     """Keys, limits, usage ledger and DB routes for the gateway (docs/tenancy.md)."""
     from inferplane.tenancy.wiring import build_tenancy
 
-    return build_tenancy(spec, db)
+    mode = cast("RateLimitHeaders | None", ratelimit_headers)
+    return build_tenancy(spec, db, ratelimit_headers=mode)

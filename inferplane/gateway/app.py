@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -328,11 +328,12 @@ class GatewayApp:
                 )
                 self.metrics.series(model, "-").count(verdict.status)
                 return
-            adm = cast("Admission", verdict)
-            if adm.key_id is not None:
+            admitted: Admission = verdict  # type: ignore[assignment]  # not a Rejection
+            if admitted.key_id is not None:
                 auth = None  # the gateway's key is not the engine's business
-            if adm.batch:
+            if admitted.batch:
                 priority = BATCH
+            adm = admitted
         if adm is not None and adm.route_to is not None:
             pool = self.state.pools.get(adm.route_to)
         else:

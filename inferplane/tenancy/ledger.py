@@ -119,11 +119,16 @@ class UsageLedger:
         return len(self._buf)
 
     def add(self, row: LedgerRow) -> None:
+        """Queue a row. Just an append: `max_buffer` is enforced at each flush attempt, so
+        during an outage the buffer may hold one flush interval's rows more."""
+        self._buf.append(row)
+
+    def _trim(self) -> None:
+        """Drop the oldest rows beyond `max_buffer`, counted in `dropped`."""
         buf = self._buf
-        if len(buf) >= self.max_buffer:
+        for _ in range(len(buf) - self.max_buffer):
             buf.popleft()
             self.dropped += 1
-        buf.append(row)
 
     def start(self) -> None:
         if self._task is None:
@@ -157,6 +162,7 @@ class UsageLedger:
             return await self._flush()
 
     async def _flush(self) -> int:
+        self._trim()
         if not self._buf:
             return 0
         batch, self._buf = self._buf, deque()
@@ -188,11 +194,8 @@ class UsageLedger:
 
     def _requeue(self, batch: deque[LedgerRow]) -> None:
         batch.extend(self._buf)  # rows added while the write was in flight go after
-        overflow = len(batch) - self.max_buffer
-        for _ in range(max(0, overflow)):
-            batch.popleft()
-        self.dropped += max(0, overflow)
         self._buf = batch
+        self._trim()
 
 
 GROUPS = ("key", "model", "day")

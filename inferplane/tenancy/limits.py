@@ -8,8 +8,9 @@ usage afterwards (`release(..., delta_tokens=actual - estimate)`).
 Two backends run the same algorithm: `MemoryLimiter` for one gateway and `RedisLimiter`
 (one Lua script, atomic on the server) when several gateway replicas share limits. Both take
 `now` from the caller, so one wall clock (NTP) orders all replicas and tests control time.
-Concurrency is a set of leases that expire after `lease_ttl_s`, so a replica killed
-mid-request frees its slots on its own.
+In Redis, concurrency is a set of leases that expire after `lease_ttl_s`, so a replica
+killed mid-request frees its slots on its own; in memory it is a counter (a dead gateway
+takes its counters with it, and the gateway releases every slot in a `finally`).
 """
 
 from __future__ import annotations
@@ -57,18 +58,35 @@ class Limits:
 
 
 class Outcome(NamedTuple):  # a tuple: built on every admitted request, cheapest to make
-    """What a backend decided: `code` is OK or the first limit that refused."""
+    """What a backend decided: `code` is OK or the first limit that refused. For an admitted
+    request, how long until each limit is back to full, with the window one request / token
+    uses (0.0: that limit is off); what is left is derived only when a header needs it."""
 
     code: int
     retry_after_s: float = 0.0
-    requests_remaining: int = 0
     requests_reset_s: float = 0.0
-    tokens_remaining: int = 0
     tokens_reset_s: float = 0.0
+    request_interval: float = 0.0
+    token_interval: float = 0.0
 
     @property
     def allowed(self) -> bool:
         return self.code == OK
+
+    @property
+    def requests_remaining(self) -> int:
+        return _left(self.requests_reset_s, self.request_interval)
+
+    @property
+    def tokens_remaining(self) -> int:
+        return _left(self.tokens_reset_s, self.token_interval)
+
+
+def _left(reset_s: float, interval: float) -> int:
+    """Requests (tokens) left in the window when the bucket is full again in `reset_s`."""
+    if not interval:
+        return 0
+    return max(0, math.floor((WINDOW_S - reset_s) / interval + 1e-9))
 
 
 def budget_window(period: str, now: float) -> tuple[str, float | None]:
@@ -93,14 +111,6 @@ def period_start(period: str, now: float) -> float:
     return float(calendar.timegm((t.tm_year, t.tm_mon, day, 0, 0, 0)))
 
 
-def _remaining(limit: int | None, tat: float, now: float) -> tuple[int, float]:
-    if not limit:
-        return 0, 0.0
-    interval = WINDOW_S / limit
-    reset = max(0.0, tat - now)
-    return max(0, math.floor((WINDOW_S - reset) / interval + 1e-9)), reset
-
-
 class Limiter(Protocol):
     async def acquire(
         self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
@@ -116,20 +126,20 @@ class Limiter(Protocol):
 
 
 class _KeyState:
-    __slots__ = ("budget", "leases", "req_tat", "tok_tat")
+    __slots__ = ("budget", "in_flight", "req_tat", "tok_tat")
 
     def __init__(self) -> None:
-        self.leases: dict[Lease, float] = {}
+        self.in_flight = 0  # admitted and not yet released (concurrency)
         self.req_tat = 0.0
         self.tok_tat = 0.0
         self.budget: dict[str, int] = {}
 
 
 class MemoryLimiter:
-    """Limits for one gateway process (no I/O, no awaits inside the critical section)."""
+    """Limits for one gateway process (no I/O, no awaits inside the critical section).
+    Leases are not needed here: concurrency is a counter per key."""
 
-    def __init__(self, lease_ttl_s: float = 3600.0) -> None:
-        self.lease_ttl_s = lease_ttl_s
+    def __init__(self) -> None:
         self._keys: dict[str, _KeyState] = {}
 
     async def acquire(
@@ -140,49 +150,44 @@ class MemoryLimiter:
     def acquire_now(
         self, key_id: str, lease: Lease, limits: Limits, est_tokens: int, now: float
     ) -> Outcome:
-        """`acquire` without a coroutine (the gateway's admission step calls this).
-        `lease` only has to be unique within this process. Written for few bytecodes: it
-        runs on every request (docs/tenancy.md, "Cost on the hot path")."""
+        """`acquire` without a coroutine (the gateway's admission step calls this); `lease`
+        is unused in memory. Written for few bytecodes: it runs on every request
+        (docs/tenancy.md, "Cost on the hot path")."""
         st = self._keys.get(key_id)
         if st is None:
             st = self._keys[key_id] = _KeyState()
         max_concurrent = limits.max_concurrent
-        if max_concurrent and len(st.leases) >= max_concurrent:
-            st.leases = {k: v for k, v in st.leases.items() if v > now}  # drop expired
-            if len(st.leases) >= max_concurrent:
-                return Outcome(CONCURRENCY, 1.0)
-        # GCRA: the new theoretical arrival time may be at most one window ahead of now.
-        req_ahead = tok_ahead = 0.0
+        if max_concurrent and st.in_flight >= max_concurrent:
+            return Outcome(CONCURRENCY, 1.0)
+        # GCRA: a key's theoretical arrival time may run at most one window ahead of now.
+        req_tat = tok_tat = now
         req_interval = limits.request_interval
         if req_interval:
-            tat = st.req_tat
-            req_ahead = (tat if tat > now else now) + req_interval - now
-            if req_ahead > _OVER:
-                return Outcome(REQUESTS, req_ahead - WINDOW_S)
+            req_tat = st.req_tat
+            req_tat = (req_tat if req_tat > now else now) + req_interval
+            if req_tat - now > _OVER:
+                return Outcome(REQUESTS, req_tat - now - WINDOW_S)
         tok_interval = limits.token_interval
         if tok_interval:
             cost = est_tokens * tok_interval
             if cost > _OVER:  # more tokens than the whole per-minute allowance
                 return Outcome(TOO_LARGE, WINDOW_S)
-            tat = st.tok_tat
-            tok_ahead = (tat if tat > now else now) + cost - now
-            if tok_ahead > _OVER:
-                return Outcome(TOKENS, tok_ahead - WINDOW_S)
+            tok_tat = st.tok_tat
+            tok_tat = (tok_tat if tok_tat > now else now) + cost
+            if tok_tat - now > _OVER:
+                return Outcome(TOKENS, tok_tat - now - WINDOW_S)
         if limits.budget_tokens:
             bucket, left = budget_window(limits.budget_period, now)
             if st.budget.get(bucket, 0) >= limits.budget_tokens:
                 return Outcome(BUDGET, left or 0.0)
             st.budget[bucket] = st.budget.get(bucket, 0) + est_tokens
         if max_concurrent:
-            st.leases[lease] = now + self.lease_ttl_s
-        requests_left = tokens_left = 0
+            st.in_flight += 1
         if req_interval:
-            st.req_tat = now + req_ahead
-            requests_left = int((WINDOW_S - req_ahead) / req_interval + 1e-9)
+            st.req_tat = req_tat
         if tok_interval:
-            st.tok_tat = now + tok_ahead
-            tokens_left = int((WINDOW_S - tok_ahead) / tok_interval + 1e-9)
-        return Outcome(OK, 0.0, requests_left, req_ahead, tokens_left, tok_ahead)
+            st.tok_tat = tok_tat
+        return Outcome(OK, 0.0, req_tat - now, tok_tat - now, req_interval, tok_interval)
 
     async def release(
         self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
@@ -196,8 +201,8 @@ class MemoryLimiter:
         st = self._keys.get(key_id)
         if st is None:
             return
-        if limits.max_concurrent:
-            st.leases.pop(lease, None)
+        if limits.max_concurrent and st.in_flight:
+            st.in_flight -= 1
         if delta_tokens:
             if limits.token_interval:
                 st.tok_tat += delta_tokens * limits.token_interval
@@ -321,9 +326,10 @@ class RedisLimiter:
         code = int(raw[0])
         if code != OK:
             return Outcome(code, float(raw[1]))
-        rr, rs = _remaining(limits.rpm, float(raw[2]), now)
-        tr, ts = _remaining(limits.tpm, float(raw[3]), now)
-        return Outcome(OK, 0.0, rr, rs, tr, ts)
+        return Outcome(
+            OK, 0.0, max(0.0, float(raw[2]) - now), max(0.0, float(raw[3]) - now),
+            limits.request_interval, limits.token_interval,
+        )  # fmt: skip
 
     async def release(
         self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float

@@ -61,6 +61,7 @@ from inferplane.tenancy.routes import RouteTable, Targets, load_routes, seed_rou
 log = logging.getLogger("inferplane.tenancy")
 
 AuthMode = Literal["auto", "on", "off"]
+RateLimitHeaders = Literal["always", "on_429"]  # when admitted responses carry x-ratelimit-*
 AUTH_CACHE_SIZE = 4096  # distinct valid Authorization headers remembered between refreshes
 
 
@@ -114,6 +115,9 @@ class _Caller:
     it needs, precomputed so admission is a dict hit plus the limiter."""
 
     policy: KeyPolicy
+    key_id: str
+    # No expiry and no model list: a cache hit needs no further checks.
+    unrestricted: bool
     limits: Limits | None  # effective limits (key's, else the fleet's defaults); None: unlimited
     batch: bool
     plain: Admission  # the admission of every request when `limits` is None (never mutated)
@@ -170,6 +174,7 @@ class Tenancy:
         clock: Callable[[], float] = time.time,
         seed: Sequence[tuple[str, Targets]] = (),
         announce: bool = False,
+        ratelimit_headers: RateLimitHeaders = "always",
     ) -> None:
         self.store = store
         self.seed = tuple(seed)  # the fleet file's routes: inserted when the table lacks them
@@ -179,9 +184,13 @@ class Tenancy:
         self.default_limits = default_limits or Limits()
         self._no_defaults = self.default_limits.unlimited
         self.refresh_s = refresh_s
+        # 429s always carry them; admitted responses only when "always" (each header costs
+        # the server a validation pass per response: ~4% RPS for the six, docs/tenancy.md).
+        self.headers_on_success = ratelimit_headers == "always"
         self.admin_token = admin_token
         self.clock = clock
         self.ledger = UsageLedger(store, ledger_flush_s) if store is not None else None
+        self._add_usage = self.ledger.add if self.ledger is not None else None  # per request
         self.keys: dict[str, KeyPolicy] = {}
         self.keys_ever = 0  # keys created so far, revoked ones included
         self.routes = RouteTable()
@@ -197,7 +206,7 @@ class Tenancy:
         self._memory_limiter = self.limiter if isinstance(self.limiter, MemoryLimiter) else None
         self.sync_limits = self._memory_limiter is not None
         # Valid Authorization header -> resolved key, for the current `keys` dict only.
-        self._callers: dict[bytes, _Caller] = {}
+        self._callers: dict[bytes | None, _Caller] = {}
         self._callers_for: dict[str, KeyPolicy] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -339,6 +348,8 @@ class Tenancy:
         batch = policy.priority == "batch"
         caller = _Caller(
             policy,
+            policy.id,
+            policy.expires_at is None and policy.allowed_models is None,
             None if limits.unlimited else limits,
             batch,
             Admission(policy.id, None, batch),
@@ -358,25 +369,27 @@ class Tenancy:
         the gateway every call and object costs several times what a micro-benchmark shows
         (docs/tenancy.md, "Cost on the hot path")."""
         now = self.clock()
-        caller = self._identify(authorization, model, now)
-        if not isinstance(caller, _Caller):
-            return caller  # anonymous, 401 or 403
+        # The common case inline: a cached key without expiry or model list.
+        caller = self._callers.get(authorization) if self._callers_for is self.keys else None
+        if caller is None or not caller.unrestricted:
+            found = self._identify(authorization, model, now)
+            if not isinstance(found, _Caller):
+                return found  # anonymous, 401 or 403
+            caller = found
+        key_id = caller.key_id
         limits = caller.limits
-        route_to = self._route_override(caller.policy.id, model) if self._per_key else None
+        route_to = self._route_override(key_id, model) if self._per_key else None
         if limits is None:
             if route_to is None:
                 return caller.plain
-            return Admission(caller.policy.id, None, caller.batch, route_to)
-        self._lease_seq += 1
-        lease = self._lease_seq  # unique in this process: enough for in-memory limits
-        limiter = self._memory_limiter
-        assert limiter is not None, "admit_now needs in-memory limits (see sync_limits)"
-        out = limiter.acquire_now(caller.policy.id, lease, limits, est_tokens, now)
+            return Admission(key_id, None, caller.batch, route_to)
+        # In memory no lease is needed; `_memory_limiter` is set whenever `sync_limits` is.
+        out = self._memory_limiter.acquire_now(key_id, "", limits, est_tokens, now)  # type: ignore[union-attr]
         if out.code:  # a limit refused
-            return self._limit_rejection(caller.policy.id, limits, out)
+            return self._limit_rejection(key_id, limits, out)
         return Admission(
-            caller.policy.id, limits, caller.batch, route_to, lease, est_tokens,
-            self._headers(caller, out),
+            key_id, limits, caller.batch, route_to, "", est_tokens,
+            self._headers(caller, out) if self.headers_on_success else (),
         )  # fmt: skip
 
     async def admit(
@@ -389,7 +402,7 @@ class Tenancy:
         caller = self._identify(authorization, model, now)
         if not isinstance(caller, _Caller):
             return caller
-        key_id = caller.policy.id
+        key_id = caller.key_id
         route_to = self._route_override(key_id, model) if self._per_key else None
         limits = caller.limits
         if limits is None:
@@ -404,9 +417,8 @@ class Tenancy:
             return Admission(key_id, None, caller.batch, route_to)
         if out.code:
             return self._limit_rejection(key_id, limits, out)
-        return Admission(
-            key_id, limits, caller.batch, route_to, lease, est_tokens, self._headers(caller, out)
-        )
+        headers = self._headers(caller, out) if self.headers_on_success else ()
+        return Admission(key_id, limits, caller.batch, route_to, lease, est_tokens, headers)
 
     def _identify(
         self, authorization: bytes | None, model: str, now: float
@@ -520,15 +532,16 @@ class Tenancy:
             delta = row[PROMPT_TOKENS] + row[COMPLETION_TOKENS] - adm.est_tokens
             limiter = self._memory_limiter
             if limiter is not None:
-                limiter.release_now(adm.key_id or "", adm.lease, limits, delta, row[TS])
+                # limits imply a key, so key_id is a str here
+                limiter.release_now(adm.key_id, adm.lease, limits, delta, row[TS])  # type: ignore[arg-type]
             else:
                 task = asyncio.get_running_loop().create_task(
                     self._release(adm, limits, delta, row[TS])
                 )
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
-        if self.ledger is not None:
-            self.ledger.add(row)
+        if self._add_usage is not None:
+            self._add_usage(row)
 
     async def _release(self, adm: Admission, limits: Limits, delta: int, now: float) -> None:
         try:

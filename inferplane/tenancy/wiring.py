@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from inferplane.store import DEFAULT_DATABASE_URL, Store, database_url
 from inferplane.tenancy.limits import Limits, MemoryLimiter, RedisLimiter
-from inferplane.tenancy.service import Tenancy
+from inferplane.tenancy.service import RateLimitHeaders, Tenancy
 
 if TYPE_CHECKING:
     from inferplane.spec import FleetSpec
@@ -47,8 +47,10 @@ def build_tenancy(
     *,
     default_db: str | None = None,
     announce: bool = True,
+    ratelimit_headers: RateLimitHeaders | None = None,
 ) -> Tenancy:
-    """Keys, limits, usage ledger and DB routes for a gateway serving `spec`."""
+    """Keys, limits, usage ledger and DB routes for a gateway serving `spec`;
+    `ratelimit_headers` overrides the fleet's `gateway.ratelimit_headers`."""
     gw = spec.gateway if spec is not None else None
     per_key = spec.limits.per_key if spec is not None else None
     redis_url = os.environ.get(REDIS_URL_ENV) or (gw.redis_url if gw else None)
@@ -65,4 +67,5 @@ def build_tenancy(
             for r in (spec.routes if spec is not None else [])
         ],
         announce=announce,
+        ratelimit_headers=ratelimit_headers or (gw.ratelimit_headers if gw else "always"),
     )
