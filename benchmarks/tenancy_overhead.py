@@ -38,7 +38,7 @@ async def run_row(
         adm = await tenancy.admit(auth, "m", 12)
         assert not isinstance(adm, Rejection), adm
         assert isinstance(adm, Admission)
-        tenancy.record(adm, usage(i))
+        tenancy.record(adm, usage(i), 12)
         if tenancy.ledger is not None and tenancy.ledger.pending >= 5000:
             tenancy.ledger._buf.clear()  # measure the hot path, not the database
     if tenancy is not None and tenancy._pending:

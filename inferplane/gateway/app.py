@@ -315,6 +315,7 @@ class GatewayApp:
             return
         model = data["model"]
         adm: Admission | None = None
+        est = 0  # the prompt-token estimate tenancy charged at admission
         tenancy = self.tenancy
         if tenancy is not None:
             est = estimate_prompt_tokens(body)
@@ -339,7 +340,7 @@ class GatewayApp:
         else:
             pool = self.state.resolve(model)
         if pool is None:
-            self._tenancy_done(adm, rid, model, _Record(), 404, 0.0, data)
+            self._tenancy_done(adm, est, rid, model, _Record(), 404, 0.0, data)
             await self._reject(send, 404, f"The model `{model}` does not exist.", rid, "-", "model")
             return
         lane = pool.route.long_prompt_lane
@@ -349,7 +350,7 @@ class GatewayApp:
         try:
             body = self._rewrite(data, body, model, route, path)
         except ClientError as exc:
-            self._tenancy_done(adm, rid, route.name, _Record(), exc.status, 0.0, data)
+            self._tenancy_done(adm, est, rid, route.name, _Record(), exc.status, 0.0, data)
             await self._reject(send, exc.status, exc.message, rid, route.name, exc.param)
             return
 
@@ -392,7 +393,8 @@ class GatewayApp:
                 pool.release(rec.backend)
             self._account(route, rec, loop.time() - t0, rid)
             if adm is not None:
-                self._tenancy_done(adm, rid, route.name, rec, rec.status, loop.time() - t0, data)
+                total = loop.time() - t0
+                self._tenancy_done(adm, est, rid, route.name, rec, rec.status, total, data)
 
     async def _read_body(self, receive: Receive, length: bytes | None) -> bytes:
         limit = self.config.max_body_bytes
@@ -719,6 +721,7 @@ class GatewayApp:
     def _tenancy_done(
         self,
         adm: Admission | None,
+        est: int,
         rid: bytes,
         model: str,
         rec: _Record,
@@ -749,6 +752,7 @@ class GatewayApp:
                 rec.ttft,
                 rec.queue_wait,
             ),
+            est,
         )
 
 

@@ -145,14 +145,16 @@ class MemoryLimiter:
     async def acquire(
         self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
     ) -> Outcome:
-        return self.acquire_now(key_id, lease, limits, est_tokens, now)
+        refused = self.acquire_now(key_id, lease, limits, est_tokens, now)
+        return refused if refused is not None else self.report(key_id, limits, now)
 
     def acquire_now(
         self, key_id: str, lease: Lease, limits: Limits, est_tokens: int, now: float
-    ) -> Outcome:
-        """`acquire` without a coroutine (the gateway's admission step calls this); `lease`
-        is unused in memory. Written for few bytecodes: it runs on every request
-        (docs/tenancy.md, "Cost on the hot path")."""
+    ) -> Outcome | None:
+        """`acquire` without a coroutine (the gateway's admission step calls this): None
+        when admitted (`report` then says what is left), else the refusal. `lease` is unused
+        in memory. Written for few bytecodes: it runs on every request (docs/tenancy.md,
+        "Cost on the hot path")."""
         st = self._keys.get(key_id)
         if st is None:
             st = self._keys[key_id] = _KeyState()
@@ -187,7 +189,19 @@ class MemoryLimiter:
             st.req_tat = req_tat
         if tok_interval:
             st.tok_tat = tok_tat
-        return Outcome(OK, 0.0, req_tat - now, tok_tat - now, req_interval, tok_interval)
+        return None
+
+    def report(self, key_id: str, limits: Limits, now: float) -> Outcome:
+        """An admitted request's outcome: when each rate limit is full again, from the
+        key's current state (call right after a successful `acquire_now`)."""
+        st = self._keys.get(key_id) or _KeyState()
+        req_interval, tok_interval = limits.request_interval, limits.token_interval
+        return Outcome(
+            OK, 0.0,
+            max(0.0, st.req_tat - now) if req_interval else 0.0,
+            max(0.0, st.tok_tat - now) if tok_interval else 0.0,
+            req_interval, tok_interval,
+        )  # fmt: skip
 
     async def release(
         self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float

@@ -3,7 +3,7 @@
     adm = await tenancy.admit(authorization_header, model, prompt_tokens_estimate)
     if isinstance(adm, Rejection): answer adm.status with adm.body() and adm.headers
     ... proxy ...
-    tenancy.record(adm, Usage(...))   # or the same fields as a plain tuple (LedgerRow)
+    tenancy.record(adm, Usage(...), prompt_tokens_estimate)  # or the same plain tuple
 
 Nothing here touches the database on the hot path: keys and routes are cached and
 refreshed every `refresh_s`, usage rows go to the batched ledger, limits are in memory or
@@ -87,7 +87,6 @@ class Admission(NamedTuple):  # a tuple: one is built per admitted request, chea
     batch: bool = False  # the key's priority class is batch
     route_to: str | None = None  # a per-key override picked this model
     lease: Lease = ""
-    est_tokens: int = 0
     headers: Sequence[tuple[bytes, bytes]] = ()
 
 
@@ -120,7 +119,9 @@ class _Caller:
     unrestricted: bool
     limits: Limits | None  # effective limits (key's, else the fleet's defaults); None: unlimited
     batch: bool
-    plain: Admission  # the admission of every request when `limits` is None (never mutated)
+    # What every request of this key is admitted with when it needs nothing of its own (no
+    # lease, no per-request headers, no override): shared, never mutated.
+    admission: Admission
     requests_limit: tuple[bytes, bytes] | None  # constant x-ratelimit-limit-* headers
     tokens_limit: tuple[bytes, bytes] | None
 
@@ -352,7 +353,7 @@ class Tenancy:
             policy.expires_at is None and policy.allowed_models is None,
             None if limits.unlimited else limits,
             batch,
-            Admission(policy.id, None, batch),
+            Admission(policy.id, None if limits.unlimited else limits, batch),
             (b"x-ratelimit-limit-requests", b"%d" % limits.rpm) if limits.rpm else None,
             (b"x-ratelimit-limit-tokens", b"%d" % limits.tpm) if limits.tpm else None,
         )
@@ -376,21 +377,24 @@ class Tenancy:
             if not isinstance(found, _Caller):
                 return found  # anonymous, 401 or 403
             caller = found
-        key_id = caller.key_id
         limits = caller.limits
-        route_to = self._route_override(key_id, model) if self._per_key else None
-        if limits is None:
-            if route_to is None:
-                return caller.plain
-            return Admission(key_id, None, caller.batch, route_to)
-        # In memory no lease is needed; `_memory_limiter` is set whenever `sync_limits` is.
-        out = self._memory_limiter.acquire_now(key_id, "", limits, est_tokens, now)  # type: ignore[union-attr]
-        if out.code:  # a limit refused
-            return self._limit_rejection(key_id, limits, out)
-        return Admission(
-            key_id, limits, caller.batch, route_to, "", est_tokens,
-            self._headers(caller, out) if self.headers_on_success else (),
-        )  # fmt: skip
+        if limits is not None:
+            # In memory no lease is needed; `_memory_limiter` is set whenever `sync_limits` is.
+            limiter: MemoryLimiter = self._memory_limiter  # type: ignore[assignment]
+            refused = limiter.acquire_now(caller.key_id, "", limits, est_tokens, now)
+            if refused is not None:
+                return self._limit_rejection(caller.key_id, limits, refused)
+            if self.headers_on_success:
+                out = limiter.report(caller.key_id, limits, now)
+                route_to = self._route_override(caller.key_id, model) if self._per_key else None
+                return Admission(
+                    caller.key_id, limits, caller.batch, route_to, "", self._headers(caller, out)
+                )
+        if self._per_key:
+            route_to = self._route_override(caller.key_id, model)
+            if route_to is not None:
+                return caller.admission._replace(route_to=route_to)
+        return caller.admission
 
     async def admit(
         self, authorization: bytes | None, model: str, est_tokens: int
@@ -406,7 +410,7 @@ class Tenancy:
         route_to = self._route_override(key_id, model) if self._per_key else None
         limits = caller.limits
         if limits is None:
-            return Admission(key_id, None, caller.batch, route_to)
+            return caller.admission._replace(route_to=route_to)
         self._lease_seq += 1
         lease = self._lease_prefix + str(self._lease_seq)  # unique across gateway replicas
         try:
@@ -414,11 +418,11 @@ class Tenancy:
         except Exception as exc:  # a limiter outage must not take the gateway down
             self.limiter_errors += 1
             log.warning("limiter unavailable, admitting without limits: %s", exc)
-            return Admission(key_id, None, caller.batch, route_to)
+            return caller.admission._replace(limits=None, route_to=route_to)
         if out.code:
             return self._limit_rejection(key_id, limits, out)
         headers = self._headers(caller, out) if self.headers_on_success else ()
-        return Admission(key_id, limits, caller.batch, route_to, lease, est_tokens, headers)
+        return Admission(key_id, limits, caller.batch, route_to, lease, headers)
 
     def _identify(
         self, authorization: bytes | None, model: str, now: float
@@ -523,13 +527,13 @@ class Tenancy:
             "rate_limit_exceeded", headers,
         )  # fmt: skip
 
-    def record(self, adm: Admission, row: LedgerRow) -> None:
-        """After the response: free the concurrency slot, correct the token estimate with
-        the engine's usage, and queue the ledger row (a `Usage` or the same plain tuple).
-        Never blocks."""
+    def record(self, adm: Admission, row: LedgerRow, est_tokens: int) -> None:
+        """After the response: free the concurrency slot, correct the admission's token
+        estimate `est_tokens` with the engine's usage, and queue the ledger row (a `Usage`
+        or the same plain tuple). Never blocks."""
         limits = adm.limits
         if limits is not None:
-            delta = row[PROMPT_TOKENS] + row[COMPLETION_TOKENS] - adm.est_tokens
+            delta = row[PROMPT_TOKENS] + row[COMPLETION_TOKENS] - est_tokens
             limiter = self._memory_limiter
             if limiter is not None:
                 # limits imply a key, so key_id is a str here
