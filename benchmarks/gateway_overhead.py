@@ -8,13 +8,15 @@ ratios compare like with like on a noisy machine.
 
 Two gateway rows: "gateway (no tenancy)" (`--no-tenancy`) and "gateway + auth + limits":
 tenancy on, an API key created in a fresh SQLite store with RPM/TPM/concurrency limits far
-too high to trigger, the in-memory limiter and the usage ledger; the load generators send
+too high to trigger, the in-memory limiter, the usage ledger and x-ratelimit-* headers per
+`--ratelimit-headers` (default on 429s only, as the gateway's); the load generators send
 that key. "vs gw" is the tenancy row's RPS over the bare gateway's (issue 7: >= 0.90).
 
     python benchmarks/gateway_overhead.py                  # 2 rounds x 5 s per scenario
     python benchmarks/gateway_overhead.py --duration 10 --rounds 3
     python benchmarks/gateway_overhead.py --no-access-log  # the gateway without its log line
     python benchmarks/gateway_overhead.py --no-tenancy-row  # skip the auth + limits row
+    python benchmarks/gateway_overhead.py --ratelimit-headers always  # x-ratelimit-* on all
 
 Needs: node, wrk and nginx (installed with apt-get when missing and running as root).
 Prints a table: RPS, p50/p99, added p50/p99 versus direct, RPS ratios versus direct and nginx.
@@ -98,7 +100,8 @@ def run_harness(harness: Path, args: argparse.Namespace, out_dir: Path) -> Path:
         db_url = f"sqlite:///{out_dir / 'tenancy.db'}"
         env["BENCH_API_KEY"] = asyncio.run(_create_key(db_url))
         only.append(TENANCY_TARGET)
-        targets += ["--target", f"{TENANCY_TARGET}|{TENANCY_PORT}|{base} --tenancy --db {db_url}"]
+        tenancy = f"--tenancy --db {db_url} --ratelimit-headers {args.ratelimit_headers}"
+        targets += ["--target", f"{TENANCY_TARGET}|{TENANCY_PORT}|{base} {tenancy}"]
     subprocess.run(
         ["bash", "run_all.sh", "--only", ",".join(only), *targets],
         cwd=harness,
@@ -184,6 +187,12 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also measure the gateway with auth + limits (a key in a fresh SQLite store)",
+    )
+    parser.add_argument(
+        "--ratelimit-headers",
+        choices=("always", "on_429"),
+        default="on_429",
+        help="the tenancy row's x-ratelimit-* mode (gateway.ratelimit_headers)",
     )
     parser.add_argument("--verbose", action="store_true", help="show the harness's progress")
     args = parser.parse_args()

@@ -74,11 +74,12 @@ def test_fleet_ratelimit_headers_reach_the_gateway(tmp_path: Path) -> None:
     from inferplane.tenancy.wiring import build_tenancy
 
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(FLEET_WITH_GATEWAY.format(mode="on_429"))
+    fleet.write_text(FLEET_WITH_GATEWAY.format(mode="always"))
     db = f"sqlite:///{tmp_path / 'x.db'}"
-    assert not build_tenancy(load_fleet(fleet), db, announce=False).headers_on_success
-    assert build_tenancy(load_fleet(fleet), db, announce=False,
-                         ratelimit_headers="always").headers_on_success  # fmt: skip
+    assert build_tenancy(load_fleet(fleet), db, announce=False).headers_on_success
+    assert not build_tenancy(load_fleet(fleet), db, announce=False,
+                             ratelimit_headers="on_429").headers_on_success  # fmt: skip
+    assert not build_tenancy(None, db, announce=False).headers_on_success  # the default
     fleet.write_text(FLEET_WITH_GATEWAY.format(mode="sometimes"))
     with pytest.raises(InferplaneError) as err:
         load_fleet(fleet)

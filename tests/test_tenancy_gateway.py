@@ -115,6 +115,7 @@ def test_allowed_models(env: Env) -> None:
 
 
 def test_rpm_429_with_retry_after_and_ratelimit_headers(env: Env) -> None:
+    env.tenancy.headers_on_success = True  # gateway.ratelimit_headers: always
     secret = env.key("slow", rpm=3, tpm=100_000)
     first = env.post(secret)
     assert first.status_code == 200  # type: ignore[attr-defined]
@@ -132,7 +133,7 @@ def test_rpm_429_with_retry_after_and_ratelimit_headers(env: Env) -> None:
 
 
 def test_ratelimit_headers_on_429_only(env: Env) -> None:
-    env.tenancy.headers_on_success = False  # gateway.ratelimit_headers: on_429
+    assert not env.tenancy.headers_on_success  # the default: gateway.ratelimit_headers on_429
     secret = env.key("quiet", rpm=1, tpm=100_000)
     ok = env.post(secret)
     assert ok.status_code == 200  # type: ignore[attr-defined]

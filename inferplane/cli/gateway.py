@@ -47,8 +47,8 @@ def gateway(
     ratelimit_headers: str | None = typer.Option(
         None,
         "--ratelimit-headers",
-        help="x-ratelimit-* on every response of a limited key (always) or on 429s only "
-        "(on_429); default: the fleet's gateway.ratelimit_headers, else always.",
+        help="x-ratelimit-* on 429s only (on_429) or on every response of a limited key "
+        "too (always, like OpenAI); default: the fleet's gateway.ratelimit_headers, else on_429.",
     ),
 ) -> None:
     """Route OpenAI API traffic to a fleet's engines (chat, completions, embeddings, ...)."""

@@ -314,6 +314,7 @@ class GatewayApp:
             await self._reject(send, exc.status, exc.message, rid, "-", exc.param)
             return
         model = data["model"]
+        stream = data.get("stream") is True
         adm: Admission | None = None
         est = 0  # the prompt-token estimate tenancy charged at admission
         tenancy = self.tenancy
@@ -340,7 +341,7 @@ class GatewayApp:
         else:
             pool = self.state.resolve(model)
         if pool is None:
-            self._tenancy_done(adm, est, rid, model, _Record(), 404, 0.0, data)
+            self._tenancy_done(adm, est, rid, model, _Record(), 404, 0.0, stream)
             await self._reject(send, 404, f"The model `{model}` does not exist.", rid, "-", "model")
             return
         lane = pool.route.long_prompt_lane
@@ -350,7 +351,7 @@ class GatewayApp:
         try:
             body = self._rewrite(data, body, model, route, path)
         except ClientError as exc:
-            self._tenancy_done(adm, est, rid, route.name, _Record(), exc.status, 0.0, data)
+            self._tenancy_done(adm, est, rid, route.name, _Record(), exc.status, 0.0, stream)
             await self._reject(send, exc.status, exc.message, rid, route.name, exc.param)
             return
 
@@ -362,7 +363,7 @@ class GatewayApp:
         rec = _Record()
         if adm is not None:
             rec.headers = adm.headers
-            if data.get("stream") is True and path in _GENERATION_PATHS:
+            if stream and path in _GENERATION_PATHS:
                 from inferplane.tenancy.streams import UsageStripper, ask_for_usage
 
                 if ask_for_usage(data):  # the ledger needs the stream's tokens
@@ -379,7 +380,7 @@ class GatewayApp:
                     return
             rec.backend = backend
             rec.queue_wait = loop.time() - t0
-            await self._forward(pool, path, body, data.get("stream") is True, rid, auth, rec, send)
+            await self._forward(pool, path, body, stream, rid, auth, rec, send)
         except asyncio.CancelledError:
             if not rec.disconnected:
                 raise
@@ -391,10 +392,10 @@ class GatewayApp:
                 watcher.cancel()
             if rec.backend is not None:
                 pool.release(rec.backend)
-            self._account(route, rec, loop.time() - t0, rid)
+            total = loop.time() - t0
+            self._account(route, rec, total, rid)
             if adm is not None:
-                total = loop.time() - t0
-                self._tenancy_done(adm, est, rid, route.name, rec, rec.status, total, data)
+                self._tenancy_done(adm, est, rid, route.name, rec, rec.status, total, stream)
 
     async def _read_body(self, receive: Receive, length: bytes | None) -> bytes:
         limit = self.config.max_body_bytes
@@ -727,7 +728,7 @@ class GatewayApp:
         rec: _Record,
         status: int,
         total: float,
-        data: dict[str, Any],
+        stream: bool,
     ) -> None:
         """Hand the finished request to tenancy: frees its limits, writes its usage row."""
         if adm is None or self.tenancy is None:
@@ -747,7 +748,7 @@ class GatewayApp:
                 rec.prompt_tokens,
                 rec.completion_tokens,
                 status,
-                data.get("stream") is True,
+                stream,
                 total,
                 rec.ttft,
                 rec.queue_wait,

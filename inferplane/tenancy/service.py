@@ -175,7 +175,7 @@ class Tenancy:
         clock: Callable[[], float] = time.time,
         seed: Sequence[tuple[str, Targets]] = (),
         announce: bool = False,
-        ratelimit_headers: RateLimitHeaders = "always",
+        ratelimit_headers: RateLimitHeaders = "on_429",
     ) -> None:
         self.store = store
         self.seed = tuple(seed)  # the fleet file's routes: inserted when the table lacks them

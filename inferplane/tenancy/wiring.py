@@ -67,5 +67,5 @@ def build_tenancy(
             for r in (spec.routes if spec is not None else [])
         ],
         announce=announce,
-        ratelimit_headers=ratelimit_headers or (gw.ratelimit_headers if gw else "always"),
+        ratelimit_headers=ratelimit_headers or (gw.ratelimit_headers if gw else "on_429"),
     )
