@@ -125,47 +125,30 @@ class Limiter(Protocol):
     async def close(self) -> None: ...
 
 
-class _KeyState:
+class KeyState:
+    """One key's in-memory limiter state, and GCRA on it. The gateway keeps a reference
+    with each cached key, so a request's admission and release need no lookup."""
+
     __slots__ = ("budget", "in_flight", "req_tat", "tok_tat")
 
     def __init__(self) -> None:
         self.in_flight = 0  # admitted and not yet released (concurrency)
-        self.req_tat = 0.0
+        self.req_tat = 0.0  # theoretical arrival times (GCRA) for requests and tokens
         self.tok_tat = 0.0
-        self.budget: dict[str, int] = {}
+        self.budget: dict[str, int] = {}  # tokens used per budget bucket
 
-
-class MemoryLimiter:
-    """Limits for one gateway process (no I/O, no awaits inside the critical section).
-    Leases are not needed here: concurrency is a counter per key."""
-
-    def __init__(self) -> None:
-        self._keys: dict[str, _KeyState] = {}
-
-    async def acquire(
-        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
-    ) -> Outcome:
-        refused = self.acquire_now(key_id, lease, limits, est_tokens, now)
-        return refused if refused is not None else self.report(key_id, limits, now)
-
-    def acquire_now(
-        self, key_id: str, lease: Lease, limits: Limits, est_tokens: int, now: float
-    ) -> Outcome | None:
-        """`acquire` without a coroutine (the gateway's admission step calls this): None
-        when admitted (`report` then says what is left), else the refusal. `lease` is unused
-        in memory. Written for few bytecodes: it runs on every request (docs/tenancy.md,
-        "Cost on the hot path")."""
-        st = self._keys.get(key_id)
-        if st is None:
-            st = self._keys[key_id] = _KeyState()
+    def acquire(self, limits: Limits, est_tokens: int, now: float) -> Outcome | None:
+        """None when admitted (`report` then says what is left), else the refusal.
+        Written for few bytecodes: it runs on every request (docs/tenancy.md, "Cost on the
+        hot path")."""
         max_concurrent = limits.max_concurrent
-        if max_concurrent and st.in_flight >= max_concurrent:
+        if max_concurrent and self.in_flight >= max_concurrent:
             return Outcome(CONCURRENCY, 1.0)
         # GCRA: a key's theoretical arrival time may run at most one window ahead of now.
         req_tat = tok_tat = now
         req_interval = limits.request_interval
         if req_interval:
-            req_tat = st.req_tat
+            req_tat = self.req_tat
             req_tat = (req_tat if req_tat > now else now) + req_interval
             if req_tat - now > _OVER:
                 return Outcome(REQUESTS, req_tat - now - WINDOW_S)
@@ -174,34 +157,72 @@ class MemoryLimiter:
             cost = est_tokens * tok_interval
             if cost > _OVER:  # more tokens than the whole per-minute allowance
                 return Outcome(TOO_LARGE, WINDOW_S)
-            tok_tat = st.tok_tat
+            tok_tat = self.tok_tat
             tok_tat = (tok_tat if tok_tat > now else now) + cost
             if tok_tat - now > _OVER:
                 return Outcome(TOKENS, tok_tat - now - WINDOW_S)
         if limits.budget_tokens:
             bucket, left = budget_window(limits.budget_period, now)
-            if st.budget.get(bucket, 0) >= limits.budget_tokens:
+            if self.budget.get(bucket, 0) >= limits.budget_tokens:
                 return Outcome(BUDGET, left or 0.0)
-            st.budget[bucket] = st.budget.get(bucket, 0) + est_tokens
+            self.budget[bucket] = self.budget.get(bucket, 0) + est_tokens
         if max_concurrent:
-            st.in_flight += 1
+            self.in_flight += 1
         if req_interval:
-            st.req_tat = req_tat
+            self.req_tat = req_tat
         if tok_interval:
-            st.tok_tat = tok_tat
+            self.tok_tat = tok_tat
         return None
 
-    def report(self, key_id: str, limits: Limits, now: float) -> Outcome:
-        """An admitted request's outcome: when each rate limit is full again, from the
-        key's current state (call right after a successful `acquire_now`)."""
-        st = self._keys.get(key_id) or _KeyState()
+    def report(self, limits: Limits, now: float) -> Outcome:
+        """An admitted request's outcome: when each rate limit is full again (call right
+        after a successful `acquire`)."""
         req_interval, tok_interval = limits.request_interval, limits.token_interval
         return Outcome(
             OK, 0.0,
-            max(0.0, st.req_tat - now) if req_interval else 0.0,
-            max(0.0, st.tok_tat - now) if tok_interval else 0.0,
+            max(0.0, self.req_tat - now) if req_interval else 0.0,
+            max(0.0, self.tok_tat - now) if tok_interval else 0.0,
             req_interval, tok_interval,
         )  # fmt: skip
+
+    def release(self, limits: Limits, delta_tokens: int, now: float) -> None:
+        """Free the concurrency slot and correct the token charge by `delta_tokens`."""
+        if limits.max_concurrent and self.in_flight:
+            self.in_flight -= 1
+        if delta_tokens:
+            if limits.token_interval:
+                self.tok_tat += delta_tokens * limits.token_interval
+            if limits.budget_tokens:
+                bucket, _ = budget_window(limits.budget_period, now)
+                self.budget[bucket] = self.budget.get(bucket, 0) + delta_tokens
+
+
+class MemoryLimiter:
+    """Limits for one gateway process (no I/O, no awaits inside the critical section).
+    Leases are not needed here: concurrency is a counter per key."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, KeyState] = {}
+
+    def state(self, key_id: str) -> KeyState:
+        """The key's state (created on first use); `Tenancy` holds it with the cached key."""
+        st = self._keys.get(key_id)
+        if st is None:
+            st = self._keys[key_id] = KeyState()
+        return st
+
+    async def acquire(
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+    ) -> Outcome:
+        st = self.state(key_id)
+        refused = st.acquire(limits, est_tokens, now)
+        return refused if refused is not None else st.report(limits, now)
+
+    def acquire_now(
+        self, key_id: str, lease: Lease, limits: Limits, est_tokens: int, now: float
+    ) -> Outcome | None:
+        """`acquire` without a coroutine: None when admitted. `lease` is unused in memory."""
+        return self.state(key_id).acquire(limits, est_tokens, now)
 
     async def release(
         self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
@@ -211,22 +232,11 @@ class MemoryLimiter:
     def release_now(
         self, key_id: str, lease: Lease, limits: Limits, delta_tokens: int, now: float
     ) -> None:
-        """`release` without a coroutine (the gateway calls it in its `finally`)."""
-        st = self._keys.get(key_id)
-        if st is None:
-            return
-        if limits.max_concurrent and st.in_flight:
-            st.in_flight -= 1
-        if delta_tokens:
-            if limits.token_interval:
-                st.tok_tat += delta_tokens * limits.token_interval
-            if limits.budget_tokens:
-                bucket, _ = budget_window(limits.budget_period, now)
-                st.budget[bucket] = st.budget.get(bucket, 0) + delta_tokens
+        """`release` without a coroutine."""
+        self.state(key_id).release(limits, delta_tokens, now)
 
     async def seed_budget(self, key_id: str, bucket: str, used_tokens: int) -> None:
-        st = self._keys.setdefault(key_id, _KeyState())
-        st.budget.setdefault(bucket, used_tokens)
+        self.state(key_id).budget.setdefault(bucket, used_tokens)
 
     async def close(self) -> None:
         self._keys.clear()

@@ -48,6 +48,7 @@ from inferplane.tenancy.limits import (
     BUDGET,
     REASONS,
     TOO_LARGE,
+    KeyState,
     Lease,
     Limiter,
     Limits,
@@ -86,8 +87,9 @@ class Admission(NamedTuple):  # a tuple: one is built per admitted request, chea
     limits: Limits | None = None  # what `lease` holds; None: nothing to release
     batch: bool = False  # the key's priority class is batch
     route_to: str | None = None  # a per-key override picked this model
-    lease: Lease = ""
+    lease: Lease = ""  # the request's slot in a shared (Redis) limiter
     headers: Sequence[tuple[bytes, bytes]] = ()
+    state: KeyState | None = None  # the key's state in an in-memory limiter
 
 
 @dataclass(slots=True)
@@ -124,6 +126,7 @@ class _Caller:
     admission: Admission
     requests_limit: tuple[bytes, bytes] | None  # constant x-ratelimit-limit-* headers
     tokens_limit: tuple[bytes, bytes] | None
+    state: KeyState | None  # the key's in-memory limiter state (None: limits are in Redis)
 
 
 class _Collector(Collector):
@@ -347,15 +350,19 @@ class Tenancy:
             return None
         limits = policy.limits if self._no_defaults else self._effective(policy.limits)
         batch = policy.priority == "batch"
+        memory = self._memory_limiter
+        state = memory.state(policy.id) if memory is not None else None
+        effective = None if limits.unlimited else limits
         caller = _Caller(
             policy,
             policy.id,
             policy.expires_at is None and policy.allowed_models is None,
-            None if limits.unlimited else limits,
+            effective,
             batch,
-            Admission(policy.id, None if limits.unlimited else limits, batch),
+            Admission(policy.id, effective, batch, state=state),
             (b"x-ratelimit-limit-requests", b"%d" % limits.rpm) if limits.rpm else None,
             (b"x-ratelimit-limit-tokens", b"%d" % limits.tpm) if limits.tpm else None,
+            state,
         )
         if len(self._callers) >= AUTH_CACHE_SIZE:
             self._callers.clear()
@@ -379,16 +386,16 @@ class Tenancy:
             caller = found
         limits = caller.limits
         if limits is not None:
-            # In memory no lease is needed; `_memory_limiter` is set whenever `sync_limits` is.
-            limiter: MemoryLimiter = self._memory_limiter  # type: ignore[assignment]
-            refused = limiter.acquire_now(caller.key_id, "", limits, est_tokens, now)
+            # With `sync_limits` (in memory) every cached key holds its limiter state.
+            state: KeyState = caller.state  # type: ignore[assignment]
+            refused = state.acquire(limits, est_tokens, now)
             if refused is not None:
                 return self._limit_rejection(caller.key_id, limits, refused)
             if self.headers_on_success:
-                out = limiter.report(caller.key_id, limits, now)
+                headers = self._headers(caller, state.report(limits, now))
                 route_to = self._route_override(caller.key_id, model) if self._per_key else None
                 return Admission(
-                    caller.key_id, limits, caller.batch, route_to, "", self._headers(caller, out)
+                    caller.key_id, limits, caller.batch, route_to, "", headers, state
                 )
         if self._per_key:
             route_to = self._route_override(caller.key_id, model)
@@ -534,10 +541,9 @@ class Tenancy:
         limits = adm.limits
         if limits is not None:
             delta = row[PROMPT_TOKENS] + row[COMPLETION_TOKENS] - est_tokens
-            limiter = self._memory_limiter
-            if limiter is not None:
-                # limits imply a key, so key_id is a str here
-                limiter.release_now(adm.key_id, adm.lease, limits, delta, row[TS])  # type: ignore[arg-type]
+            state = adm.state
+            if state is not None:  # in memory
+                state.release(limits, delta, row[TS])
             else:
                 task = asyncio.get_running_loop().create_task(
                     self._release(adm, limits, delta, row[TS])
