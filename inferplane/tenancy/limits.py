@@ -23,7 +23,6 @@ from typing import Any, NamedTuple, Protocol
 
 WINDOW_S = 60.0
 _OVER = WINDOW_S + 1e-9  # a theoretical arrival time further ahead than this is refused
-Lease = str | int  # names one request's concurrency slot (str when shared through Redis)
 OK, CONCURRENCY, REQUESTS, TOKENS, BUDGET, TOO_LARGE = 0, 1, 2, 3, 4, 5
 REASONS = {
     CONCURRENCY: "concurrent requests",
@@ -218,21 +217,9 @@ class MemoryLimiter:
         refused = st.acquire(limits, est_tokens, now)
         return refused if refused is not None else st.report(limits, now)
 
-    def acquire_now(
-        self, key_id: str, lease: Lease, limits: Limits, est_tokens: int, now: float
-    ) -> Outcome | None:
-        """`acquire` without a coroutine: None when admitted. `lease` is unused in memory."""
-        return self.state(key_id).acquire(limits, est_tokens, now)
-
     async def release(
         self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
     ) -> None:
-        self.release_now(key_id, lease, limits, delta_tokens, now)
-
-    def release_now(
-        self, key_id: str, lease: Lease, limits: Limits, delta_tokens: int, now: float
-    ) -> None:
-        """`release` without a coroutine."""
         self.state(key_id).release(limits, delta_tokens, now)
 
     async def seed_budget(self, key_id: str, bucket: str, used_tokens: int) -> None:
