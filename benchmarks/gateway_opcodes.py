@@ -2,9 +2,9 @@
 
 On this project's small VMs, RPS ratios swing by ±15% between runs, but the gateway is
 CPU-bound in the interpreter, so the bytecodes executed per request predict its RPS: the
-paired RPS benchmark (`tenancy_pair.py`) reads 0.87 where this one counts +13% bytecodes
-and 0.81 where it counts +27%. Use it to see what a change to the hot path costs before
-measuring RPS, and which functions the difference is in.
+paired RPS benchmark (`tenancy_pair.py`) read 0.87 where this one counted +13% bytecodes,
+0.90-0.92 at +11% and 0.80-0.82 at +25%. Use it to see what a change to the hot path costs
+before measuring RPS, and which functions the difference is in.
 
 Each mode starts `inferplane gateway` in a child process with an opcode tracer on its main
 thread (everything that thread runs is counted: request handling, ledger flushes, key
