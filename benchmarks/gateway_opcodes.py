@@ -30,13 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gateway_overhead import DEFAULT_HARNESS, REPO, _create_key
+from tenancy_pair import _wait_ready
 
 STUB_URL = "http://127.0.0.1:8100"
 PORT = 8309
@@ -100,17 +100,6 @@ async def _load(n: int, key: str, concurrency: int = 8) -> None:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-def _wait_ready(seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=1)
-            return
-        except OSError:
-            time.sleep(0.3)
-    sys.exit(f"the gateway did not answer on port {PORT}")
-
-
 def measure(mode: str, args: argparse.Namespace, tmp: Path, key: str, db: str) -> dict[str, Any]:
     out = tmp / f"{mode}.json"
     gateway = ["--backend", f"stub-model={STUB_URL}", "--host", "127.0.0.1",
@@ -126,7 +115,7 @@ def measure(mode: str, args: argparse.Namespace, tmp: Path, key: str, db: str) -
     with (tmp / f"{mode}.log").open("wb") as log:
         proc = subprocess.Popen(child, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_ready()
+        _wait_ready(PORT)
         asyncio.run(_load(args.warmup, key if mode != "bare" else "none"))
         time.sleep(1.5)  # one-time work (the ledger's first flush builds its SQL) is done
         asyncio.run(_load(args.requests, key if mode != "bare" else "none"))
