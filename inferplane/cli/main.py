@@ -18,7 +18,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-err_console = Console(stderr=True)
+# soft_wrap: one error is one line, also in logs (a detached `up` reads its child's back).
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 @app.callback()

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferplane.cli.main import app
+from inferplane.cli.progress import FleetProgress
 from inferplane.errors import InferplaneError
 from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S
 from inferplane.runtime.state import DEFAULT_STATE_DIR
@@ -150,8 +151,15 @@ def up(
             argv += ["--db", db]
         if not tenancy:
             argv.append("--no-tenancy")
+        offset = control.log_size(state)
         pid = control.spawn_detached(argv, state)
-        status = control.wait_detached_ready(state, pid, ready_timeout_s)
+        progress = FleetProgress(console)
+        try:
+            status = control.wait_detached_ready(
+                state, pid, ready_timeout_s, offset, progress.update
+            )
+        finally:
+            progress.close()
         print_status(status)
         console.print(
             f"running in the background (pid {pid}); stop with `inferplane down"
@@ -165,12 +173,22 @@ def up(
         disk_bandwidth_mib_s=disk_bandwidth_mib_s, tenancy=tenancy, database_url=db,
     )
 
+    progress = FleetProgress(console, grace_period_s)
+
     def on_ready(status: dict[str, Any]) -> None:
+        progress.close()
         print_status(status)
         console.print("serving; Ctrl-C drains and stops (twice forces)", highlight=False)
         sys.stdout.flush()
 
-    code = asyncio.run(control.run_foreground(spec, options, on_ready))
+    def on_progress(status: dict[str, Any]) -> None:
+        progress.update(status)
+        sys.stdout.flush()
+
+    try:
+        code = asyncio.run(control.run_foreground(spec, options, on_ready, on_progress))
+    finally:
+        progress.close()
     raise typer.Exit(code)
 
 

@@ -10,14 +10,25 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferplane.errors import InferplaneError
-from inferplane.runtime.runner import Runtime, RuntimeOptions
 from inferplane.runtime.state import StateDir
-from inferplane.spec import FleetSpec
+
+if TYPE_CHECKING:  # the runtime pulls in the gateway, uvicorn and the store: import on use
+    from inferplane.runtime.runner import RuntimeOptions
+    from inferplane.spec import FleetSpec
 
 SETTLED_STATES = ("ready", "failed")
+Progress = Callable[[dict[str, Any]], None]
+
+
+def log_size(state: StateDir) -> int:
+    """Where the next detached start's output begins in up.log."""
+    try:
+        return state.up_log.stat().st_size
+    except OSError:
+        return 0
 
 
 def spawn_detached(argv: Sequence[str], state: StateDir) -> int:
@@ -31,41 +42,60 @@ def spawn_detached(argv: Sequence[str], state: StateDir) -> int:
     return proc.pid
 
 
-def _log_tail(state: StateDir, lines: int = 15) -> str:
+def _log_since(state: StateDir, offset: int) -> str:
     try:
-        return "\n".join(state.up_log.read_text(errors="replace").splitlines()[-lines:])
+        with open(state.up_log, "rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
     except OSError:
-        return "(no log)"
+        return ""
 
 
-def wait_detached_ready(state: StateDir, pid: int, timeout_s: float) -> dict[str, Any]:
-    """Poll `state.json` until the detached `up` reports every instance settled."""
+def start_failure(state: StateDir, offset: int, lines: int = 15) -> InferplaneError:
+    """Why the detached `up` exited while starting, from what it wrote to up.log since
+    `offset`: its own `error: ...` (reason and fix) when it printed one, else the log's end."""
+    text = _log_since(state, offset)
+    errors = [line[len("error:"):].strip() for line in text.splitlines()
+              if line.startswith("error:")]  # fmt: skip
+    if errors:
+        return InferplaneError(f"{errors[-1]}\n(the fleet's log: {state.up_log})")
+    tail = "\n".join(text.splitlines()[-lines:]) or "(nothing)"
+    return InferplaneError(
+        "the detached fleet exited while starting; its log ends with:\n" + tail,
+        field="--state-dir", value=str(state.path),
+        fix=f"read {state.up_log} and the instance logs under {state.log_dir}",
+    )
+
+
+def _exited(pid: int) -> bool:
+    """True once `pid` (our child, or any process) has exited; reaps our child."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:  # not our child (or already reaped)
+        return not _alive(pid)
+
+
+def wait_detached_ready(
+    state: StateDir, pid: int, timeout_s: float, log_offset: int = 0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Poll `state.json` until the detached `up` reports every instance settled; each
+    poll's state goes to `progress`. An exit while starting raises the child's own error."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        finished = os.waitpid(pid, os.WNOHANG)[0] == pid if _is_child(pid) else not _alive(pid)
-        if finished:
-            raise InferplaneError(
-                "the detached fleet exited while starting; its log ends with:\n"
-                + _log_tail(state),
-                field="--state-dir", value=str(state.path),
-                fix=f"read {state.up_log} and the instance logs under {state.log_dir}",
-            )
+        if _exited(pid):
+            raise start_failure(state, log_offset)
         data = state.read()
-        if data is not None and data.get("pid") == pid and data.get("phase") == "running":
-            return data
+        if data is not None and data.get("pid") == pid:
+            if progress is not None:
+                progress(data)
+            if data.get("phase") == "running":
+                return data
         time.sleep(0.1)
     raise InferplaneError(
         f"the fleet was not ready within {timeout_s:g} s", field="--state-dir",
         value=str(state.path), fix=f"see `inferplane status` and the logs under {state.log_dir}",
     )
-
-
-def _is_child(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return True
 
 
 def _alive(pid: int) -> bool:
@@ -107,9 +137,16 @@ def stop_fleet(state: StateDir, timeout_s: float, force: bool = False) -> int:
 async def run_foreground(
     fleet: FleetSpec,
     options: RuntimeOptions,
-    on_ready: Callable[[dict[str, Any]], None] | None = None,
+    on_ready: Progress | None = None,
+    on_progress: Progress | None = None,
+    poll_s: float = 0.2,
 ) -> int:
-    """`inferplane up` in the foreground: start, report, serve until signalled, drain."""
+    """`inferplane up` in the foreground: start, report, serve until signalled, drain.
+
+    `on_progress` hears the fleet's status every `poll_s` while it starts and while it
+    drains (`phase` "draining", `gateway.in_flight`), and once more when it has stopped."""
+    from inferplane.runtime.runner import Runtime
+
     runtime = Runtime(fleet, options)
     await runtime.start()
     loop = asyncio.get_running_loop()
@@ -117,12 +154,24 @@ async def run_foreground(
         loop.add_signal_handler(sig, runtime.request_stop)
     settle = asyncio.ensure_future(runtime.wait_settled())
     stop = asyncio.ensure_future(runtime.stop_requested())
-    await asyncio.wait({settle, stop}, return_when=asyncio.FIRST_COMPLETED)
+    while not (settle.done() or stop.done()):
+        if on_progress is not None:
+            on_progress(runtime.status())
+        await asyncio.wait({settle, stop}, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
     if settle.done() and on_ready is not None:
         on_ready(runtime.status())
     settle.cancel()
     stop.cancel()
-    return await runtime.serve_until_signalled()
+    serving = asyncio.ensure_future(runtime.serve_until_signalled())
+    if on_progress is not None:
+        stop = asyncio.ensure_future(runtime.stop_requested())
+        await asyncio.wait({serving, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        while not serving.done():
+            on_progress(runtime.status())
+            await asyncio.wait({serving}, timeout=poll_s)
+        on_progress(runtime.status())
+    return await serving
 
 
 def python_argv() -> list[str]:
