@@ -31,6 +31,7 @@ from inferplane.engines.sim.protocol import (
 )
 from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
 from inferplane.engines.sim.tokens import apply_stop, chat_prompt_ids, visible_text
+from inferplane.engines.sim.validation import validate_request
 
 
 class _OrjsonResponse(JSONResponse):
@@ -138,13 +139,14 @@ class EngineApp:
 
     # -- generation ------------------------------------------------------------------
 
-    async def _body(self, request: Request) -> dict[str, Any]:
+    async def _body(self, request: Request, kind: str) -> dict[str, Any]:
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
             raise ApiError(400, f"Invalid JSON body: {exc}") from exc
         if not isinstance(body, dict):
             raise ApiError(400, "The request body must be a JSON object.")
+        validate_request(body, kind)  # field types as vLLM's protocol models check them
         return body
 
     def _check_model(self, model: str) -> None:
@@ -207,7 +209,7 @@ class EngineApp:
 
     async def chat(self, request: Request) -> Response:
         await self._gate()
-        body = await self._body(request)
+        body = await self._body(request, "chat")
         sampling = parse_sampling(body, chat=True)
         self._check_model(sampling.model)
         if self.engine.parts.profile.default_task == "embed":
@@ -221,7 +223,7 @@ class EngineApp:
 
     async def completions(self, request: Request) -> Response:
         await self._gate()
-        body = await self._body(request)
+        body = await self._body(request, "completion")
         sampling = parse_sampling(body, chat=False)
         self._check_model(sampling.model)
         if self.engine.parts.profile.default_task == "embed":
@@ -309,7 +311,7 @@ class EngineApp:
 
     async def embeddings(self, request: Request) -> Response:
         await self._gate()
-        body = await self._body(request)
+        body = await self._body(request, "embedding")
         model = body.get("model")
         if not isinstance(model, str):
             raise ApiError(400, "model must be a string", "model")

@@ -13,17 +13,20 @@ ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServe
 class ApiError(Exception):
     """An error answered as `{"error": {message, type, param, code}}` (vLLM >= 0.10)."""
 
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, param: str | None = None, error_type: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
+        self.error_type = error_type  # vLLM's validation errors say "Bad Request"
 
     def body(self) -> dict[str, Any]:
         return {
             "error": {
                 "message": self.message,
-                "type": ERROR_TYPES.get(self.status, "BadRequestError"),
+                "type": self.error_type or ERROR_TYPES.get(self.status, "BadRequestError"),
                 "param": self.param,
                 "code": self.status,
             }
