@@ -5,28 +5,30 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from inferplane.cli.main import app
 from inferplane.errors import USAGE_EXIT_CODE, InferplaneError
-from inferplane.gpus import lookup_gpu
-from inferplane.gpus.spec import GIB
-from inferplane.models import load_profile
-from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
-from inferplane.planner.memory import AUTO_MAX_MODEL_LEN, estimate_memory
 
-# Keys of the --json object, in order; an invalid request prints them as null.
-JSON_KEYS = [f.name for f in dataclasses.fields(MemoryEstimate)]
+if TYPE_CHECKING:  # the estimator loads on use: `inferplane --help` stays fast
+    from inferplane.planner.estimate_types import MemoryEstimate
+
+
+def json_keys() -> list[str]:
+    """Keys of the --json object, in order; an invalid request prints them as null."""
+    from inferplane.planner.estimate_types import MemoryEstimate
+
+    return [f.name for f in dataclasses.fields(MemoryEstimate)]
 
 
 def parse_max_model_len(value: str | None) -> int | None:
     if value is None:
         return None
     if value.strip().lower() in ("auto", "-1"):
+        from inferplane.planner.memory import AUTO_MAX_MODEL_LEN
+
         return AUTO_MAX_MODEL_LEN
     try:
         parsed = int(value)
@@ -43,6 +45,9 @@ def parse_max_model_len(value: str | None) -> int | None:
 
 
 def _print_table(model_dir: Path, gpu_label: str, est: MemoryEstimate) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     title = f"{model_dir.name} on {gpu_label} (vLLM {est.vllm_version}, per GPU"
     if est.pipeline_parallel_size > 1:
@@ -121,6 +126,12 @@ def estimate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Estimate per-GPU memory, KV cache tokens and max concurrency the way vLLM counts them."""
+    from inferplane.gpus import lookup_gpu
+    from inferplane.gpus.spec import GIB
+    from inferplane.models import load_profile
+    from inferplane.planner.estimate_types import EngineSettings
+    from inferplane.planner.memory import estimate_memory
+
     try:
         if gpu is not None and gpu_memory_gib is not None:
             raise InferplaneError(
@@ -164,7 +175,7 @@ def estimate(
     except InferplaneError as exc:
         if not as_json:
             raise
-        invalid: dict[str, Any] = dict.fromkeys(JSON_KEYS)
+        invalid: dict[str, Any] = dict.fromkeys(json_keys())
         invalid.update(fits=False, warnings=[], errors=[exc.render()])
         typer.echo(json.dumps(invalid, indent=2))
         raise typer.Exit(USAGE_EXIT_CODE) from None

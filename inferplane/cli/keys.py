@@ -6,14 +6,16 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from inferplane.cli.main import app
-from inferplane.store import Store, database_url
+
+if TYPE_CHECKING:  # SQLAlchemy and Alembic load on use: `inferplane --help` stays fast
+    from inferplane.store import Store
 
 T = TypeVar("T")
 keys_app = typer.Typer(help="Create, list, revoke and rotate API keys.", no_args_is_help=True)
@@ -26,6 +28,8 @@ DB_HELP = (
 
 
 def resolve_db(db: str | None, fleet: Path | None) -> str:
+    from inferplane.store import database_url
+
     fleet_url = None
     if fleet is not None:
         from inferplane.spec import load_fleet
@@ -35,6 +39,8 @@ def resolve_db(db: str | None, fleet: Path | None) -> str:
 
 
 def with_store(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
+    from inferplane.store import Store
+
     async def run() -> T:
         store = await Store.open(url)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -11,10 +12,10 @@ from rich.table import Table
 
 from inferplane.cli.main import app
 from inferplane.errors import InferplaneError
-from inferplane.gpus.discovery import DiscoveredGpu, discover_gpus
-from inferplane.planner.build import plan_fleet
-from inferplane.planner.plan import InstanceMemory, Plan, PlanGpu, PlanInstance
-from inferplane.spec import load_fleet
+
+if TYPE_CHECKING:  # the planner (OR-Tools) loads on use: `inferplane --help` stays fast
+    from inferplane.gpus.discovery import DiscoveredGpu
+    from inferplane.planner.plan import InstanceMemory, Plan, PlanGpu, PlanInstance
 
 
 @app.command()
@@ -40,6 +41,10 @@ def plan(
         raise InferplaneError(
             "must be >= 0", field="--time-limit-s", value=time_limit_s, fix="e.g. 5"
         )
+    from inferplane.gpus.discovery import discover_gpus
+    from inferplane.planner.build import plan_fleet
+    from inferplane.spec import load_fleet
+
     fleet = load_fleet(fleet_file)
     discovered: list[DiscoveredGpu] | None = discover_gpus() if fleet.discover_gpus else None
     result = plan_fleet(

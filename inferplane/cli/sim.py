@@ -5,31 +5,43 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
 
 from inferplane.cli.main import app
-from inferplane.engines.sim.config import DEFAULT_GPU, FaultConfig, SimEngineConfig
-from inferplane.engines.sim.host import start_engines, stop_engines
 from inferplane.errors import InferplaneError
 
-_FAULT_KEYS = {f for f in FaultConfig.__dataclass_fields__}
-_ENGINE_KEYS = {f for f in SimEngineConfig.__dataclass_fields__} - {"faults", "calibration"}
+if TYPE_CHECKING:  # the simulator (starlette, aiohttp) loads on use
+    from inferplane.engines.sim.config import SimEngineConfig
+
+# The simulator's DEFAULT_GPU, spelled here so `--help` needs no simulator import (a test
+# keeps the two equal).
+DEFAULT_GPU = "H100-SXM-80GB"
+
+
+def _keys() -> tuple[set[str], set[str]]:
+    from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
+
+    faults = set(FaultConfig.__dataclass_fields__)
+    engine = set(SimEngineConfig.__dataclass_fields__) - {"faults", "calibration"}
+    return faults, engine
 
 
 def _engine_from_mapping(entry: dict[str, Any], where: str) -> SimEngineConfig:
-    unknown = set(entry) - _FAULT_KEYS - _ENGINE_KEYS
+    from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
+
+    fault_keys, engine_keys = _keys()
+    unknown = set(entry) - fault_keys - engine_keys
     if unknown:
         raise InferplaneError(
             f"unknown keys {sorted(unknown)}", location=where,
-            fix=f"use only {sorted(_ENGINE_KEYS | _FAULT_KEYS)}",
+            fix=f"use only {sorted(engine_keys | fault_keys)}",
         )
     if "model" not in entry:
         raise InferplaneError("missing key 'model'", location=where, fix="name the served model")
-    faults = FaultConfig(**{k: v for k, v in entry.items() if k in _FAULT_KEYS})
-    values = {k: v for k, v in entry.items() if k in _ENGINE_KEYS}
+    faults = FaultConfig(**{k: v for k, v in entry.items() if k in fault_keys})
+    values = {k: v for k, v in entry.items() if k in engine_keys}
     for key in ("model_dir", "model_config"):
         if values.get(key) is not None:
             values[key] = Path(values[key])
@@ -38,6 +50,8 @@ def _engine_from_mapping(entry: dict[str, Any], where: str) -> SimEngineConfig:
 
 def load_fleet(path: Path) -> list[SimEngineConfig]:
     """A YAML file `engines: [{model: ..., port: ..., <any sim flag in snake_case>}, ...]`."""
+    import yaml
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -56,6 +70,8 @@ def load_fleet(path: Path) -> list[SimEngineConfig]:
 
 
 async def _serve(configs: list[SimEngineConfig], exit_on_crash: bool) -> int:
+    from inferplane.engines.sim.host import start_engines, stop_engines
+
     handles = await start_engines(configs)
     for handle in handles:
         typer.echo(f"simulated engine {handle.config.model} listening on {handle.url}")
@@ -94,6 +110,8 @@ def sim(
     fleet: Path | None = typer.Option(None, help="YAML file of many engines to host at once."),
 ) -> None:
     """Run a simulated vLLM engine (same HTTP API and metrics) without a GPU."""
+    from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
+
     if fleet is not None:
         configs = load_fleet(fleet)
     else:

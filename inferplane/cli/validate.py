@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -13,7 +13,9 @@ from rich.markup import escape
 
 from inferplane.cli.main import app
 from inferplane.errors import USAGE_EXIT_CODE
-from inferplane.spec import FleetSummary, FleetValidationError, Problem, load_fleet, summarize
+
+if TYPE_CHECKING:
+    from inferplane.spec import FleetSummary, Problem
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ def validate(
 
 
 def _check(path: Path) -> _Result:
+    from inferplane.spec import FleetValidationError, load_fleet, summarize
+
     try:
         fleet = load_fleet(path)
     except FleetValidationError as exc:
