@@ -76,16 +76,19 @@ def test_connect_error_is_retried_and_the_dead_replica_ejected(harness: Harness)
 
 
 def test_ejected_replica_is_readmitted_when_healthy(harness: Harness) -> None:  # noqa: F811
-    engine = harness.engine("m")
-    app, url = gateway(harness, [engine.url], eject_after_failures=1)
-    engine.fail_statuses = [500]
+    engine, other = harness.engine("m"), harness.engine("m")
+    app, url = gateway(harness, [engine.url, other.url], eject_after_5xx=1)
+    engine.fail_statuses = [500] * 10
     engine.health_status = 503
-    r = http.post(url + "/v1/chat/completions", json=CHAT)
-    assert r.status_code == 500  # the engine's own error, passed through
-    (backend,) = app.state.backends("m")
+    backend = next(b for b in app.state.backends("m") if b.url == engine.url)
+    for _ in range(3):  # a 500 that the other replica does not share is the replica's
+        assert http.post(url + "/v1/chat/completions", json=CHAT).status_code == 200
     assert backend.ejected
-    r = http.post(url + "/v1/chat/completions", json=CHAT)
-    assert r.status_code == 503 and r.headers["retry-after"]
+    served = len(engine.requests)
+    for _ in range(3):
+        assert http.post(url + "/v1/chat/completions", json=CHAT).status_code == 200
+    assert len(engine.requests) == served  # out of rotation
+    engine.fail_statuses.clear()
     engine.health_status = 200
     wait_until(lambda: not backend.ejected)
     assert http.post(url + "/v1/chat/completions", json=CHAT).status_code == 200

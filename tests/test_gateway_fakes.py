@@ -64,6 +64,10 @@ class FakeEngine:
         self.delay_s = 0.0  # before answering
         self.hang = False  # never answer (until the caller goes away)
         self.chunks = 5
+        self.chunk_delay_s = 0.0  # between streamed chunks
+        # Answer this status to a chat body whose messages are not all objects (what the
+        # simulator once did with 500 where vLLM answers 400).
+        self.poison_status: int | None = None
         self.die_after_chunks: int | None = None
         self.stall_after_chunks: int | None = None  # stop sending, keep the connection
         self.in_flight = 0
@@ -148,6 +152,13 @@ class FakeEngine:
         data = orjson.loads(raw)
         self.requests.append(data)
         self.headers.append(dict(request.headers))
+        messages = data.get("messages")
+        if self.poison_status and isinstance(messages, list) and not all(
+            isinstance(m, dict) for m in messages
+        ):
+            status = self.poison_status
+            body = orjson.dumps({"error": {"message": "poisoned", "code": status}})
+            return web.Response(status=status, body=body, content_type="application/json")
         if self.fail_statuses:
             status = self.fail_statuses.pop(0)
             body = orjson.dumps({"error": {"message": "engine failure", "code": status}})
@@ -187,7 +198,7 @@ class FakeEngine:
                 if self.stall_after_chunks is not None and i == self.stall_after_chunks:
                     await asyncio.Event().wait()  # a wedged engine
                 await resp.write(part)
-                await asyncio.sleep(0)
+                await asyncio.sleep(self.chunk_delay_s)
             await resp.write_eof()
             return resp
         return web.Response(body=self.completion(raw, model), content_type="application/json")

@@ -36,10 +36,16 @@ MALFORMED: list[tuple[str, dict[str, Any]]] = [
     (CHAT, {"model": "sim", "messages": [{"role": "user", "content": 5}]}),
     (CHAT, {"model": "sim", "messages": [{"role": "user", "content": [1]}]}),
     (CHAT, {"model": "sim", "messages": "hi"}),
-    (CHAT, {"model": "sim", "messages": [{"role": "user", "content": "x"}],
-            "stream": True, "stream_options": "yes"}),
-    (CHAT, {"model": "sim", "messages": [{"role": "user", "content": "x"}],
-            "temperature": "hot"}),
+    (
+        CHAT,
+        {
+            "model": "sim",
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+            "stream_options": "yes",
+        },
+    ),
+    (CHAT, {"model": "sim", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
     (CHAT, {"model": "sim", "messages": [{"role": "user", "content": "x"}], "stop": 5}),
     (CHAT, {"model": "sim", "messages": [{"role": "user", "content": "x"}], "tools": "x"}),
     ("/v1/completions", {"model": "sim", "prompt": {"a": 1}}),
@@ -69,8 +75,9 @@ SCALARS = (
 )
 JSON = st.recursive(
     SCALARS,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 FIELDS = ["messages", "stream", "stream_options", "max_tokens", "n", "stop", "temperature",

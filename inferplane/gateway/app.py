@@ -94,15 +94,18 @@ class _Record:
         "backend",
         "completion_tokens",
         "disconnected",
+        "events",
         "finished",
         "headers",
         "prompt_tokens",
         "queue_wait",
         "retries",
+        "sent",
         "started",
         "status",
         "stripper",
         "ttft",
+        "usage_known",
     )
 
     def __init__(self) -> None:
@@ -115,6 +118,9 @@ class _Record:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.retries = 0
+        self.sent = False  # the request went to a replica (its prompt was processed)
+        self.events = 0  # SSE events relayed that carry tokens (billing of cut streams)
+        self.usage_known = False  # the engine reported the request's usage
         self.started = False  # response headers sent to the client
         self.finished = False  # final body message being sent: a disconnect is normal now
         self.disconnected = False
@@ -392,6 +398,14 @@ class GatewayApp:
                 watcher.cancel()
             if rec.backend is not None:
                 pool.release(rec.backend)
+            if not rec.usage_known and (
+                rec.started or (rec.sent and rec.status in (499, 504))
+            ):
+                # Cut short (client gone, engine died, timed out) before the engine's usage
+                # arrived: bill what it consumed, the prompt (estimated) and every token
+                # event streamed, so an aborted request never comes for free.
+                rec.prompt_tokens = est or estimate_prompt_tokens(body)
+                rec.completion_tokens = max(rec.events, 0)
             total = loop.time() - t0
             self._account(route, rec, total, rid)
             if adm is not None:
@@ -504,6 +518,10 @@ class GatewayApp:
         backend = rec.backend
         assert backend is not None
         tried: list[Backend] = []
+        # Replicas that answered this request with a 5xx before a retry. Whether that was
+        # the replica's fault or the request's is only known from the next attempt: a
+        # success elsewhere confirms it, a 5xx elsewhere makes it the request's own.
+        suspects: list[Backend] = []
         try:
             async with asyncio.timeout_at(first_deadline) as deadline:
                 while True:
@@ -515,6 +533,7 @@ class GatewayApp:
                         auth_line = b""
                     failure: str | None = None
                     error_payload: tuple[int, bytes, bytes] | None = None
+                    rec.sent = True
                     try:
                         conn = await upstream.post(
                             backend.url,
@@ -525,6 +544,7 @@ class GatewayApp:
                         )
                     except UpstreamError as exc:
                         failure = f"replica {backend.url} unreachable: {exc}"
+                        self._gateway_failure(pool, backend, failure)
                     else:
                         if conn.status >= 500 and len(tried) < route.retries:
                             try:
@@ -535,14 +555,17 @@ class GatewayApp:
                                 conn.release()
                             failure = f"replica {backend.url} answered {conn.status}"
                             error_payload = (conn.status, payload, conn.content_type)
+                            suspects.append(backend)
                     if failure is None:
                         break
-                    self._failed(pool, backend)
                     tried.append(backend)
                     nxt = pool.try_acquire(RouteContext(now=loop.time()), exclude=tried)
                     if nxt is None or len(tried) > route.retries:
                         if nxt is not None:
                             pool.release(nxt)
+                        if len(suspects) == 1 and error_payload is not None:
+                            # Nowhere else to try it: an unconfirmed 5xx of this replica.
+                            self._error_5xx(pool, suspects[0])
                         await self._upstream_failed(send, rid, rec, failure, error_payload)
                         return
                     pool.release(backend)
@@ -552,20 +575,25 @@ class GatewayApp:
 
                 status = conn.status
                 rec.status = status
+                if status < 500:
+                    for suspect in suspects:  # confirmed: this request works elsewhere
+                        self._error_5xx(pool, suspect)
+                elif not suspects:
+                    self._error_5xx(pool, backend)  # unconfirmed (no other replica tried)
+                # else: a 5xx on two replicas is the request's own; neither is counted.
                 if stream and status == 200:
                     await self._relay_stream(
                         conn, send, rid, rec, deadline, t_sent, timeouts.idle_s,
-                        total_deadline, pool,
+                        total_deadline, pool, path,
                     )  # fmt: skip
                     return
                 try:
                     payload = await conn.read_all()
-                except UpstreamBodyError:
+                except UpstreamBodyError as exc:
                     conn.close()
-                    self._failed(pool, backend)
-                    await self._upstream_failed(
-                        send, rid, rec, f"replica {backend.url} failed while responding", None
-                    )
+                    why = f"replica {backend.url} failed while responding: {exc}"
+                    self._gateway_failure(pool, backend, why)
+                    await self._upstream_failed(send, rid, rec, why, None)
                     return
                 except BaseException:
                     conn.close()  # cancelled or timed out: drop the upstream connection
@@ -573,17 +601,21 @@ class GatewayApp:
                 rec.ttft = loop.time() - t_sent
                 conn.release()
                 if status < 500:
-                    backend.consecutive_failures = 0
-                else:
-                    self._failed(pool, backend)
+                    backend.consecutive_failures = backend.consecutive_5xx = 0
                 if status == 200:
                     rec.prompt_tokens, rec.completion_tokens = usage_from(payload)
+                    rec.usage_known = True
                 rec.finished = True
                 await self._respond(
                     send, status, payload, rid, conn.content_type or _JSON[1], rec.headers
                 )
         except TimeoutError:
             message = f"upstream timed out (model `{route.name}`)"
+            failed = rec.backend
+            # A stream that kept making progress until `total_s` is long, not broken; every
+            # other timeout (first byte, idle gap, a non-streaming answer) is the replica's.
+            if failed is not None and not (stream and loop.time() >= total_deadline - 1e-3):
+                self._gateway_failure(pool, failed, f"replica {failed.url} timed out")
             rec.finished = True
             rec.status = 504
             if rec.started:  # mid-stream: end the stream with an error event
@@ -602,8 +634,10 @@ class GatewayApp:
         idle_s: float,
         total_deadline: float,
         pool: Pool,
+        path: str,
     ) -> None:
-        """Pass SSE bytes through as they arrive; never buffer or re-frame events."""
+        """Pass SSE bytes through as they arrive; never buffer or re-frame events. Counts
+        the events relayed, so a stream cut short is still billed for what it streamed."""
         loop = asyncio.get_running_loop()
         await send(
             {
@@ -625,11 +659,14 @@ class GatewayApp:
             chunk = await conn.read_chunk()
             rec.ttft = loop.time() - t_sent
             stripper = rec.stripper
+            # Chat streams open with a role-only event that carries no token.
+            rec.events = -1 if path == "/v1/chat/completions" and b'"role"' in chunk else 0
             while chunk:
                 if stripper is not None:
                     chunk = stripper.feed(chunk)
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    rec.events += chunk.count(b"\n\n")  # one SSE event per blank line
                     prev, last = last, chunk
                 deadline.reschedule(min(loop.time() + idle_s, total_deadline))
                 chunk = await conn.read_chunk()
@@ -639,31 +676,57 @@ class GatewayApp:
                     await send({"type": "http.response.body", "body": rest, "more_body": True})
                     prev, last = last, rest
                 prev, last = prev + last, stripper.usage
-        except UpstreamBodyError:
+        except UpstreamBodyError as exc:
             conn.close()
-            self._failed(pool, backend)
+            self._gateway_failure(pool, backend, f"replica {backend.url} failed mid-stream")
             rec.status = 502
             rec.finished = True
             # Close a half-sent event first so the error event parses on its own.
             tail = b"" if last.endswith(b"\n\n") or not last else b"\n\n"
-            message = f"replica {backend.url} failed mid-stream"
+            message = f"replica {backend.url} failed mid-stream: {exc}"
             await send({"type": "http.response.body", "body": tail + sse_error_event(502, message)})
             return
         except BaseException:
             conn.close()  # cancelled or timed out: drop the upstream connection
             raise
         conn.release()
-        backend.consecutive_failures = 0
+        backend.consecutive_failures = backend.consecutive_5xx = 0
+        if last.endswith(b"[DONE]\n\n"):
+            rec.events -= 1
         rec.prompt_tokens, rec.completion_tokens = usage_from(prev + last)
+        rec.usage_known = rec.prompt_tokens > 0 or rec.completion_tokens > 0
         rec.finished = True
         await send({"type": "http.response.body", "body": b""})
 
-    def _failed(self, pool: Pool, backend: Backend) -> None:
-        """Passive health: eject after consecutive failures; the monitor readmits."""
+    def _gateway_failure(self, pool: Pool, backend: Backend, why: str) -> None:
+        """The replica's own failure (no connection, reset, death mid-stream, timeout):
+        eject after `eject_after_failures` in a row, and end what is in flight on it."""
         backend.consecutive_failures += 1
-        if not backend.ejected and backend.consecutive_failures >= pool.route.eject_after_failures:
-            backend.ejected = True
-            self.metrics.ejections.labels(pool.route.name, backend.url).inc()
+        if backend.consecutive_failures >= pool.route.eject_after_failures:
+            self._eject(pool, backend, why, keep_one=False)
+
+    def _error_5xx(self, pool: Pool, backend: Backend) -> None:
+        """A 5xx answer not shown to be the request's own: eject after `eject_after_5xx`
+        in a row, but never the model's last routable replica."""
+        backend.consecutive_5xx += 1
+        if backend.consecutive_5xx >= pool.route.eject_after_5xx:
+            why = f"{backend.consecutive_5xx} consecutive 5xx answers"
+            self._eject(pool, backend, why, keep_one=True, end_in_flight=False)
+
+    def _eject(
+        self, pool: Pool, backend: Backend, why: str, *, keep_one: bool,
+        end_in_flight: bool = True,
+    ) -> None:  # fmt: skip
+        """Passive health: stop routing to the replica until the monitor readmits it."""
+        if backend.ejected:
+            return
+        if not pool.may_eject(backend, keep_one=keep_one):
+            self.metrics.ejections_refused.labels(pool.route.name, backend.url).inc()
+            return
+        backend.ejected = True
+        self.metrics.ejections.labels(pool.route.name, backend.url).inc()
+        if end_in_flight:  # a hung or dying replica: its streams would only wait
+            self._upstream.abort(backend.url, f"replica ejected ({why})")
 
     async def _upstream_failed(
         self,

@@ -20,11 +20,15 @@ class Backend:
     """A replica of one model: its base URL (without `/v1`) plus mutable routing state.
 
     The runtime creates these and hands them to `GatewayState.set_backends`; the gateway
-    updates `outstanding`, `consecutive_failures`, `ejected` and `engine` in place.
+    updates `outstanding`, `consecutive_failures`, `consecutive_5xx`, `ejected` and
+    `engine` in place. Two outlier counters, as Envoy keeps them: `consecutive_failures`
+    counts the replica's own failures (no connection, reset, death mid-stream, timeouts);
+    `consecutive_5xx` counts 5xx answers that a second replica did not share.
     """
 
     __slots__ = (
         "api_key",
+        "consecutive_5xx",
         "consecutive_failures",
         "ejected",
         "engine",
@@ -48,6 +52,7 @@ class Backend:
         self.api_key = api_key
         self.outstanding = 0
         self.consecutive_failures = 0
+        self.consecutive_5xx = 0
         self.ejected = False
         self.engine: EngineLoad | None = None
 

@@ -95,7 +95,15 @@ class ModelRoute:
     timeouts: Timeouts = field(default_factory=Timeouts)
     admission: Admission = field(default_factory=Admission)
     retries: int = 2
+    # Outlier detection (Envoy's consecutive_gateway_failure / consecutive_5xx): eject after
+    # this many of the replica's own failures (connect, reset, mid-stream death, timeouts)...
     eject_after_failures: int = 3
+    # ... or this many 5xx answers in a row that another replica did not share.
+    eject_after_5xx: int = 5
+    # At most this share of a model's ready replicas is ejected at once (at least one may be
+    # for the replica's own failures; the last routable one never is for 5xx answers). When
+    # every ready replica is ejected, requests go to them anyway (panic routing).
+    max_ejection_percent: float = 50.0
     session_header: str = "x-session-id"  # read by session affinity
     prefix_chars: int = 256  # leading prompt characters hashed by prefix affinity
     prefix_load_factor: float = 1.25  # bounded-load factor for prefix affinity
@@ -122,6 +130,20 @@ class ModelRoute:
                 field=f"models.{self.name}.max_tokens_mode",
                 value=self.max_tokens_mode,
                 fix="use 'clamp' or 'reject'",
+            )
+        if self.eject_after_failures < 1 or self.eject_after_5xx < 1:
+            raise InferplaneError(
+                "ejection thresholds must be at least 1",
+                field=f"models.{self.name}.routing.eject_after_failures",
+                value=(self.eject_after_failures, self.eject_after_5xx),
+                fix="use a positive number of consecutive failures",
+            )
+        if not 0.0 <= self.max_ejection_percent <= 100.0:
+            raise InferplaneError(
+                "max ejection percent must be within 0..100",
+                field=f"models.{self.name}.max_ejection_percent",
+                value=self.max_ejection_percent,
+                fix="use e.g. 50",
             )
         if self.prefix_load_factor <= 1.0:
             raise InferplaneError(

@@ -107,6 +107,12 @@ class GatewayMetrics:
             ["model", "replica"],
             registry=r,
         )
+        self.ejections_refused = Counter(
+            "inferplane_replica_ejections_refused",
+            "Ejections not made: max_ejection_percent, or the model's last routable replica",
+            ["model", "replica"],
+            registry=r,
+        )
         self.engine_unusable = Counter(
             "inferplane_engine_metrics_unusable",
             "Routing decisions that treated a replica as saturated: metrics missing or stale",

@@ -50,7 +50,7 @@ class Monitor:
             healthy = False
         if healthy and b.ejected:
             b.ejected = False
-            b.consecutive_failures = 0
+            b.consecutive_failures = b.consecutive_5xx = 0
             pool.drain()
 
     async def probe_metrics_once(self) -> None:

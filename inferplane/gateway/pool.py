@@ -87,15 +87,41 @@ class Pool:
                 scorer.set_pool(urls)
         self.drain()
 
+    def panic(self) -> bool:
+        """Every ready replica is ejected: route to them anyway (Envoy's panic routing), so
+        outlier detection alone never takes a model down."""
+        ready = False
+        for b in self.backends:
+            if b.ready:
+                if not b.ejected:
+                    return False
+                ready = True
+        return ready
+
     def routable(self, b: Backend) -> bool:
-        return b.ready and not b.ejected and (b.engine is None or b.engine.awake)
+        return (
+            b.ready
+            and (not b.ejected or self.panic())
+            and (b.engine is None or b.engine.awake)
+        )
 
     def any_routable(self) -> bool:
         return any(self.routable(b) for b in self.backends)
 
+    def may_eject(self, b: Backend, *, keep_one: bool) -> bool:
+        """Whether ejecting `b` stays within `max_ejection_percent` of the ready replicas
+        (the first ejection always does); `keep_one`: never the last routable replica."""
+        ready = [x for x in self.backends if x.ready]
+        ejected = sum(1 for x in ready if x.ejected)
+        if keep_one and len(ready) - ejected - (0 if b.ejected else 1) < 1:
+            return False
+        if ejected == 0:
+            return True
+        return (ejected + 1) * 100 <= self.route.max_ejection_percent * len(ready)
+
     def candidates(self, exclude: Collection[Backend] = ()) -> list[Backend]:
         cap = self.cap
-        return [
+        cands = [
             b
             for b in self.backends
             if b.ready
@@ -104,6 +130,16 @@ class Pool:
             and (b.engine is None or b.engine.awake)
             and b not in exclude
         ]
+        if not cands and self.panic():
+            cands = [
+                b
+                for b in self.backends
+                if b.ready
+                and b.outstanding < (b.max_concurrency or cap)
+                and (b.engine is None or b.engine.awake)
+                and b not in exclude
+            ]
+        return cands
 
     def try_acquire(self, ctx: RouteContext, exclude: Collection[Backend] = ()) -> Backend | None:
         """Reserve a slot on the best candidate now, or None when all are full/unready."""

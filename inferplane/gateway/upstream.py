@@ -29,10 +29,14 @@ class UpstreamBodyError(Exception):
     """The connection failed after the response started (e.g. the engine died mid-stream)."""
 
 
+class ReplicaEjected(Exception):
+    """The gateway ejected the replica while this exchange was in flight (`abort`)."""
+
+
 class Endpoint:
     """Where a replica listens, parsed once."""
 
-    __slots__ = ("host", "host_header", "idle", "port", "ssl")
+    __slots__ = ("busy", "host", "host_header", "idle", "port", "ssl")
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -45,6 +49,7 @@ class Endpoint:
         self.port = parts.port or (443 if self.ssl else 80)
         self.host_header = parts.netloc.encode("latin-1")
         self.idle: deque[Connection] = deque()
+        self.busy: set[Connection] = set()  # carrying a request now (what `abort` ends)
 
 
 class Connection(asyncio.Protocol):
@@ -139,14 +144,21 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self.endpoint.busy.discard(self)
         if self.transport is not None:
             self.transport.close()
+
+    def abort(self, reason: str) -> None:
+        """End the exchange now: whoever waits on it gets an error naming `reason`."""
+        self._fail(ReplicaEjected(reason))
+        self.close()
 
     # -- the request ---------------------------------------------------------------------
 
     def send(self, head: bytes, body: bytes) -> None:
         self._reset()
         assert self.transport is not None
+        self.endpoint.busy.add(self)
         self.transport.write(head + body)
 
     async def wait_headers(self) -> None:
@@ -189,6 +201,7 @@ class Connection(asyncio.Protocol):
     def release(self) -> None:
         """Back to the idle pool when the exchange finished cleanly, else closed."""
         if self.complete and not self.closed and self.keep_alive:
+            self.endpoint.busy.discard(self)
             self.endpoint.idle.append(self)
         else:
             self.close()
@@ -268,6 +281,16 @@ class UpstreamClient:
             conn.close()
             raise
         return conn
+
+    def abort(self, url: str, reason: str) -> int:
+        """End every exchange in flight to `url` (an ejected replica); how many there were."""
+        ep = self._endpoints.get(url)
+        if ep is None:
+            return 0
+        busy = list(ep.busy)
+        for conn in busy:
+            conn.abort(reason)
+        return len(busy)
 
     def close(self) -> None:
         for ep in self._endpoints.values():
