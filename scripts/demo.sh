@@ -6,11 +6,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 if [ ! -x .venv/bin/inferplane ]; then
+  echo "--- first run: creating .venv and installing inferplane and its dependencies"
+  echo "    (pip install -e .: about 2 minutes; one line per package fetched)"
   python3 -m venv .venv
-  .venv/bin/pip install --quiet -e .
+  # pip's own output, cut to one line per package: silence for minutes reads as a hang.
+  .venv/bin/pip install --disable-pip-version-check --progress-bar off -e . 2>&1 \
+    | awk '/^Collecting /{print "    fetching " $2; fflush()}
+           /^Successfully installed/{print "    installed"; fflush()}
+           /^ERROR/{print; fflush()}'
 fi
 STATE_DIR="${STATE_DIR:-.inferplane-demo}"
 PORT="${PORT:-8000}"
+echo "--- inferplane up examples/demo.yaml --detach: 5 simulated engines, gateway on :$PORT"
 .venv/bin/inferplane up examples/demo.yaml --detach --state-dir "$STATE_DIR" \
   --gateway-port "$PORT"
 trap '.venv/bin/inferplane down --state-dir "$STATE_DIR"' EXIT

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from inferplane.cli.main import app
+from inferplane.cli.tables import Col, fitted_table
 
 if TYPE_CHECKING:  # SQLAlchemy and Alembic load on use: `inferplane --help` stays fast
     from inferplane.store import Store
@@ -21,6 +21,12 @@ T = TypeVar("T")
 keys_app = typer.Typer(help="Create, list, revoke and rotate API keys.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 
+KEY_COLUMNS = (
+    Col("id"), Col("name"), Col("prefix", drop=6), Col("models", drop=2, wrap=True),
+    Col("rpm", drop=5), Col("tpm", drop=4), Col("concurrent", "conc", drop=7),
+    Col("budget", drop=3), Col("priority", "prio", drop=8), Col("expires", drop=9),
+    Col("revoked", drop=1),
+)  # fmt: skip
 DB_HELP = (
     "Database URL (default: $INFERPLANE_DATABASE_URL, the fleet's gateway.database_url, "
     "else sqlite:///.inferplane/inferplane.db)."
@@ -113,16 +119,16 @@ def list_(
     if as_json:
         typer.echo(json.dumps({"keys": rows}, indent=2))
         return
-    table = Table("id", "name", "prefix", "models", "rpm", "tpm", "concurrent", "budget",
-                  "priority", "expires", "revoked")  # fmt: skip
+    table_rows = []
     for r in rows:
         budget = f"{r['budget_tokens']}/{r['budget_period']}" if r["budget_tokens"] else "-"
-        table.add_row(
+        table_rows.append([
             r["id"], r["name"], r["prefix"] + "…", ",".join(r["allowed_models"] or ["*"]),
             str(r["rpm"] or "-"), str(r["tpm"] or "-"), str(r["max_concurrent"] or "-"),
             budget, r["priority"], _when(r["expires_at"]), _when(r["revoked_at"]),
-        )  # fmt: skip
-    Console().print(table)
+        ])  # fmt: skip
+    console = Console()
+    console.print(fitted_table(KEY_COLUMNS, table_rows, console.width))
 
 
 @keys_app.command("revoke")

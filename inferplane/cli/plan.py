@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from inferplane.cli.main import app
+from inferplane.cli.tables import Col, fitted_table, measure, table_width
 from inferplane.errors import InferplaneError
 
 if TYPE_CHECKING:  # the planner (OR-Tools) loads on use: `inferplane --help` stays fast
@@ -61,36 +62,54 @@ def plan(
     if as_json:
         typer.echo(text)
         return
-    print_plan(result, Console(highlight=False, width=max(Console().width, 150)))
+    print_plan(result, Console(highlight=False))
+
+
+GPU_COLUMNS = (
+    Col("GPU"), Col("instances (utilization)", "instances (util)", wrap=True),
+    Col("weights", drop=3, justify="right"), Col("KV cache", "KV", drop=2, justify="right"),
+    Col("overhead", "ovh", drop=4, justify="right"),
+    Col("used / budget", "used/budget", justify="right"), Col("free", drop=5, justify="right"),
+)  # fmt: skip
+INSTANCE_COLUMNS = (
+    Col("id"), Col("node", drop=6), Col("GPUs"), Col("TP", drop=3), Col("util"),
+    Col("max len", "len", drop=2), Col("concurrency", "conc", drop=4), Col("port", drop=5),
+    Col("start after", "after", drop=7, wrap=True),
+)  # fmt: skip
+RANK_COLUMNS = (
+    Col("id"), Col("rank"), Col("node"), Col("GPUs", drop=4), Col("layers", drop=3),
+    Col("weights", drop=2), Col("KV cache", "KV", drop=1), Col("command", wrap=True),
+)  # fmt: skip
 
 
 def print_plan(plan: Plan, console: Console) -> None:
-    """Per node: one row per GPU with its memory split, like `nvidia-smi` after start-up."""
+    """Per node: one row per GPU with its memory split, like `nvidia-smi` after start-up.
+    In a narrow terminal (80 columns) the cells get compact (GiB without the unit, one
+    instance per line) and the least needed columns are hidden (`--json` has all)."""
+    width = console.width
     by_id = {inst.id: inst for inst in plan.instances}
     for node in dict.fromkeys(g.node for g in plan.gpus):
         gpus = [g for g in plan.gpus if g.node == node]
-        table = Table(title=f"{node} ({gpus[0].type}, budget {plan.card_budget_fraction:g})")
-        for column in ("GPU", "instances (utilization)", "weights", "KV cache", "overhead",
-                       "used / budget", "free"):
-            table.add_column(column, justify="left" if column.startswith("inst") else "right")
-        for gpu in gpus:
-            table.add_row(*_gpu_row(gpu, [_memory_on(by_id[i], gpu) for i in gpu.instances]))
-        console.print(table)
-    instances = Table(title="instances")
-    for column in ("id", "node", "GPUs", "TP", "util", "max len", "concurrency", "port",
-                   "start after"):
-        instances.add_column(column)
-    for inst in plan.instances:
-        instances.add_row(
-            inst.id, inst.node, ",".join(str(i) for i in inst.gpu_indices),
-            str(inst.tensor_parallel_size), f"{inst.gpu_memory_utilization:.4g}",
-            str(inst.max_model_len), f"{inst.memory.max_concurrency:.1f}x", str(inst.port),
-            ", ".join(inst.start_after) or "-",
-        )
-    console.print(instances)
+        title = f"{node} ({gpus[0].type}, budget {plan.card_budget_fraction:g})"
+        here = {g.index: [_memory_on(by_id[i], g) for i in g.instances] for g in gpus}
+        rows = [_gpu_row(gpu, here[gpu.index]) for gpu in gpus]
+        if table_width(measure(GPU_COLUMNS, rows)) > width:
+            rows = [_gpu_row(gpu, here[gpu.index], compact=True) for gpu in gpus]
+            title += ", GiB"
+        console.print(fitted_table(GPU_COLUMNS, rows, width, title))
+    rows = [[
+        inst.id, inst.node, ",".join(str(i) for i in inst.gpu_indices),
+        str(inst.tensor_parallel_size), f"{inst.gpu_memory_utilization:.4g}",
+        str(inst.max_model_len), f"{inst.memory.max_concurrency:.1f}x", str(inst.port),
+        ", ".join(inst.start_after) or "-",
+    ] for inst in plan.instances]  # fmt: skip
+    if table_width(measure(INSTANCE_COLUMNS, rows)) > width:
+        for row in rows:
+            row[-1] = row[-1].replace(", ", "\n")
+    console.print(fitted_table(INSTANCE_COLUMNS, rows, width, "instances"))
     spanning = [inst for inst in plan.instances if inst.ranks]
     if spanning:
-        console.print(_ranks_table(spanning))
+        console.print(_ranks_table(spanning, width))
     t = plan.totals
     console.print(
         f"GPUs used {t.gpus_used} of {t.gpus_total} ({t.gpus_idle} idle); needed at peak "
@@ -110,21 +129,20 @@ def _memory_on(inst: PlanInstance, gpu: PlanGpu) -> tuple[PlanInstance, Instance
     return inst, inst.memory
 
 
-def _ranks_table(spanning: list[PlanInstance]) -> Table:
+def _ranks_table(spanning: list[PlanInstance], width: int) -> Table:
     """One row per node of every replica that spans nodes (pipeline stages)."""
-    table = Table(title="replicas that span nodes (one row per node; rank 0 serves the API)")
-    for column in ("id", "rank", "node", "GPUs", "layers", "weights", "KV cache", "command"):
-        table.add_column(column)
+    rows = []
     for inst in spanning:
         for rank in inst.ranks:
             memory = rank.memory or inst.memory
             layers = f"{rank.layers[0]}-{rank.layers[1] - 1}" if rank.layers else "-"
-            table.add_row(
+            rows.append([
                 inst.id, f"{rank.rank}/{inst.pipeline_parallel_size}", rank.node,
                 ",".join(str(i) for i in rank.gpu_indices), layers,
                 _gib(memory.weights_gib), _gib(memory.kv_cache_gib), _command(rank.argv),
-            )
-    return table
+            ])  # fmt: skip
+    title = "replicas that span nodes (one row per node; rank 0 serves the API)"
+    return fitted_table(RANK_COLUMNS, rows, width, title)
 
 
 def _command(argv: list[str]) -> str:
@@ -136,15 +154,18 @@ def _command(argv: list[str]) -> str:
     return f"{role} --node-rank {rank}"
 
 
-def _gpu_row(gpu: PlanGpu, here: list[tuple[PlanInstance, InstanceMemory]]) -> list[str]:
+def _gpu_row(
+    gpu: PlanGpu, here: list[tuple[PlanInstance, InstanceMemory]], compact: bool = False
+) -> list[str]:
     weights = sum(m.weights_gib for _, m in here)
     kv = sum(m.kv_cache_gib for _, m in here)
     overhead = gpu.used_gib - weights - kv
-    names = ", ".join(f"{i.id} ({i.gpu_memory_utilization:.4g})" for i, _ in here) or "idle"
-    return [
-        str(gpu.index), names, _gib(weights), _gib(kv), _gib(overhead),
-        f"{gpu.used_gib:.2f} / {gpu.budget_gib:.2f} GiB", _gib(gpu.free_gib),
-    ]
+    sep = "\n" if compact else ", "
+    names = sep.join(f"{i.id} ({i.gpu_memory_utilization:.4g})" for i, _ in here) or "idle"
+    gib = (lambda v: f"{v:.2f}") if compact else _gib
+    used = f"{gpu.used_gib:.2f}/{gpu.budget_gib:.2f}" if compact else (
+        f"{gpu.used_gib:.2f} / {gpu.budget_gib:.2f} GiB")
+    return [str(gpu.index), names, gib(weights), gib(kv), gib(overhead), used, gib(gpu.free_gib)]
 
 
 def _gib(value: float) -> str:

@@ -10,10 +10,10 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from inferplane.cli.main import app
 from inferplane.cli.progress import FleetProgress
+from inferplane.cli.tables import Col, fitted_table
 from inferplane.errors import InferplaneError
 from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S
 from inferplane.runtime.state import DEFAULT_STATE_DIR
@@ -21,44 +21,55 @@ from inferplane.runtime.state import DEFAULT_STATE_DIR
 console = Console()
 
 
-def print_status(status: dict[str, Any]) -> None:
-    """The instance table plus the gateway URL (shared by `up` and `status`)."""
-    table = Table(title=f"fleet ({status.get('phase', '?')})", title_justify="left")
-    columns = ("instance", "model", "state", "pid", "port", "gpus", "restarts", "uptime",
-               "waiting", "running", "kv cache")
-    for column in columns:
-        table.add_column(column, overflow="fold")
+STATUS_COLUMNS = (
+    Col("instance"), Col("model", drop=9), Col("state"), Col("pid", drop=8),
+    Col("port", drop=3), Col("gpus", drop=7), Col("restarts", "rst", drop=5),
+    Col("uptime", "up", drop=2), Col("waiting", "wait", drop=6), Col("running", "run", drop=1),
+    Col("kv cache", "kv", drop=4),
+)  # fmt: skip
+
+
+def say(out: Console, text: str) -> None:
+    """One message, never broken into lines by Rich (paths and URLs stay whole)."""
+    out.print(text, highlight=False, soft_wrap=True)
+
+
+def print_status(status: dict[str, Any], out: Console | None = None) -> None:
+    """The instance table plus the gateway URL (shared by `up` and `status`); at 80
+    columns it hides the least useful columns first (see `inferplane.cli.tables`)."""
+    out = out or console
+    rows: list[list[str]] = []
     for inst in status.get("instances", []):
         gpus = ",".join(str(g) for g in inst.get("gpus") or []) or "-"
         uptime = inst.get("uptime_s")
         if uptime is None and inst.get("ready_since") and inst["state"] == "ready":
             uptime = time.time() - inst["ready_since"]
         kv = inst.get("kv_cache_usage")
-        table.add_row(
+        rows.append([
             inst["name"], inst["model"], inst["state"], str(inst["pid"] or "-"),
             str(inst["port"]), gpus, str(inst["restarts"]), _duration(uptime),
             _count(inst.get("waiting")), _count(inst.get("running")),
             "-" if kv is None else f"{kv:.0%}",
-        )
+        ])  # fmt: skip
     for ep in status.get("endpoint_models", []):
-        table.add_row(
-            "(endpoint)", ep["model"], "external", "-", ", ".join(ep["endpoints"]), "-", "-",
-            "-", "-", "-", "-",
-        )
-    console.print(table)
-    console.print(f"gateway: {status['gateway']['url']}/v1", highlight=False)
+        rows.append([f"{ep['model']} (endpoint)", ep["model"], "external", *["-"] * 8])
+    title = f"fleet ({status.get('phase', '?')})"
+    out.print(fitted_table(STATUS_COLUMNS, rows, out.width, title))
+    for ep in status.get("endpoint_models", []):
+        say(out, f"{ep['model']}: served by {', '.join(ep['endpoints'])}")
+    say(out, f"gateway: {status['gateway']['url']}/v1")
     tenancy = status.get("tenancy")
     if tenancy:
         auth = "ON" if tenancy.get("auth_required") else "OFF"
-        console.print(
-            f"auth: {auth} (gateway.auth: {tenancy.get('auth')}); keys and usage: "
-            f"{tenancy.get('database')}", highlight=False,
+        say(
+            out, f"auth: {auth} (gateway.auth: {tenancy.get('auth')}); keys and usage: "
+            f"{tenancy.get('database')}",
         )
     elif "tenancy" in status:
-        console.print("tenancy: off (no API keys, limits or usage ledger)", highlight=False)
+        say(out, "tenancy: off (no API keys, limits or usage ledger)")
     failed = [i for i in status.get("instances", []) if i["state"] == "failed"]
     for inst in failed:
-        console.print(f"[red]{inst['name']} failed:[/] {inst['last_error']}", highlight=False)
+        say(out, f"[red]{inst['name']} failed:[/] {inst['last_error']}")
 
 
 def _duration(seconds: float | None) -> str:
@@ -161,10 +172,9 @@ def up(
         finally:
             progress.close()
         print_status(status)
-        console.print(
-            f"running in the background (pid {pid}); stop with `inferplane down"
+        say(
+            console, f"running in the background (pid {pid}); stop with `inferplane down"
             + ("" if state_dir == DEFAULT_STATE_DIR else f" --state-dir {state_dir}") + "`",
-            highlight=False,
         )
         return
     options = RuntimeOptions(
@@ -178,7 +188,7 @@ def up(
     def on_ready(status: dict[str, Any]) -> None:
         progress.close()
         print_status(status)
-        console.print("serving; Ctrl-C drains and stops (twice forces)", highlight=False)
+        say(console, "serving; Ctrl-C drains and stops (twice forces)")
         sys.stdout.flush()
 
     def on_progress(status: dict[str, Any]) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from inferplane.cli.keys import DB_HELP, resolve_db, with_store
 from inferplane.cli.main import app
+from inferplane.cli.tables import Col, fitted_table
 from inferplane.errors import InferplaneError
 
 
@@ -61,7 +61,9 @@ def usage(
         writer.writeheader()
         writer.writerows(rows)
         return
-    table = Table(*columns)
-    for r in rows:
-        table.add_row(*(str(r[c]) for c in columns))
-    Console().print(table)
+    short = {"prompt_tokens": "prompt", "completion_tokens": "completion",
+             "total_tokens": "total"}  # fmt: skip
+    cols = [Col(c, short.get(c), justify="left" if i < 2 and c in (by, "name") else "right")
+            for i, c in enumerate(columns)]  # fmt: skip
+    console = Console()
+    console.print(fitted_table(cols, [[str(r[c]) for c in columns] for r in rows], console.width))
