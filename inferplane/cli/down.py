@@ -19,7 +19,17 @@ def down(
     force: bool = typer.Option(False, "--force", help="Do not wait for in-flight requests."),
 ) -> None:
     """Stop admitting requests, let in-flight ones finish, then stop every engine."""
+    from rich.console import Console
+
+    from inferplane.cli.progress import FleetProgress
     from inferplane.runtime import control
 
-    pid = control.stop_fleet(control.resolve_state_dir(state_dir), timeout_s, force)
+    hint = "`inferplane down --force` cuts it short"
+    progress = FleetProgress(Console(highlight=False), force_hint=hint)
+    try:
+        pid = control.stop_fleet(
+            control.resolve_state_dir(state_dir), timeout_s, force, progress.update
+        )
+    finally:
+        progress.close()
     typer.echo(f"fleet stopped (pid {pid})")

@@ -33,9 +33,13 @@ def instance_phase(inst: dict[str, Any]) -> str:
 
 
 class FleetProgress:
-    def __init__(self, console: Console, grace_period_s: float | None = None) -> None:
+    def __init__(
+        self, console: Console, grace_period_s: float | None = None,
+        force_hint: str = "Ctrl-C again forces",
+    ) -> None:
         self.console = console
         self.grace_period_s = grace_period_s
+        self.force_hint = force_hint
         self._live: Live | None = None
         self._phases: dict[str, str] = {}
         self._since: dict[str, float] = {}
@@ -73,7 +77,7 @@ class FleetProgress:
             self._show(self._start_block(instances, now))
             return
         for inst in changed:
-            self.console.print(self._line(inst, now), highlight=False)
+            self.console.print(self._line(inst, now), highlight=False, soft_wrap=True)
 
     def _line(self, inst: dict[str, Any], now: float) -> Text:
         phase = self._phases[inst["name"]]
@@ -114,21 +118,23 @@ class FleetProgress:
         if status.get("phase") == "stopped":
             self.close()
             if self._draining_shown is not None:
-                self.console.print("drained; engines and gateway stopped", highlight=False)
+                self.console.print(
+                    "drained; engines and gateway stopped", highlight=False, soft_wrap=True
+                )
                 self._draining_shown = None
             return
         in_flight = int((status.get("gateway") or {}).get("in_flight") or 0)
         grace = status.get("grace_period_s", self.grace_period_s)
         text = (f"draining {in_flight} in-flight request{'s' * (in_flight != 1)}"
                 + (f" (grace period {grace:g} s)" if grace is not None else "")
-                + "; Ctrl-C again forces")  # fmt: skip
+                + f"; {self.force_hint}")  # fmt: skip
         if self.console.is_terminal:
             self._show(Spinner("dots", Text(text)))
         else:
             now = time.monotonic()
             first = self._draining_shown is None
             if first or (in_flight != self._draining_shown and now - self._last_drain_line >= 1):
-                self.console.print(text, highlight=False)
+                self.console.print(text, highlight=False, soft_wrap=True)
                 self._last_drain_line = now
             else:
                 return

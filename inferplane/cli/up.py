@@ -186,6 +186,7 @@ def up(
     progress = FleetProgress(console, grace_period_s)
 
     def on_ready(status: dict[str, Any]) -> None:
+        progress.update(status)  # the last transitions (ready, failed)
         progress.close()
         print_status(status)
         say(console, "serving; Ctrl-C drains and stops (twice forces)")

@@ -108,9 +108,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def stop_fleet(state: StateDir, timeout_s: float, force: bool = False) -> int:
+def stop_fleet(
+    state: StateDir, timeout_s: float, force: bool = False, progress: Progress | None = None
+) -> int:
     """Ask the `up` owning `state` to drain and stop (SIGTERM; SIGKILL-grade force with a
-    second signal when `force`); wait until it exits. Returns its pid."""
+    second signal when `force`); wait until it exits, its state going to `progress` on every
+    poll (phase "draining" with `gateway.in_flight`). Returns its pid."""
     pid = state.running_pid()
     if pid is None:
         raise InferplaneError(
@@ -124,6 +127,9 @@ def stop_fleet(state: StateDir, timeout_s: float, force: bool = False) -> int:
         os.kill(pid, signal.SIGTERM)  # a second signal forces
     deadline = time.monotonic() + timeout_s
     while _alive(pid) and state.running_pid() == pid:
+        data = state.read()
+        if progress is not None and data is not None and data.get("phase") == "draining":
+            progress(data)
         if time.monotonic() > deadline:
             raise InferplaneError(
                 f"the fleet (pid {pid}) did not stop within {timeout_s:g} s",

@@ -32,6 +32,7 @@ from inferplane.engines.sim.config import FaultConfig
 from inferplane.errors import InferplaneError
 from inferplane.gateway import Backend, GatewayApp, build_app
 from inferplane.gateway.fleet import gateway_config_from_fleet
+from inferplane.gateway.server import uvicorn_config
 from inferplane.gpus.nvml import NvmlApi
 from inferplane.planner.plan import Plan
 from inferplane.runtime.channel import ControlServer
@@ -186,10 +187,10 @@ class Runtime:
             self.gateway_url = f"http://{host}:{sock.getsockname()[1]}"
             for model, backends in self.backends.items():
                 self.gateway.state.set_backends(model, backends)
-            config = uvicorn.Config(
-                self.gate, lifespan="on", access_log=False, server_header=False,
-                date_header=False, log_level="warning", timeout_keep_alive=75,
-                timeout_graceful_shutdown=5,
+            # The same server settings as `inferplane gateway`: httptools with the
+            # connection bounds (timeouts, head size, cap, TCP_NODELAY on every socket).
+            config = uvicorn_config(
+                self.gate, host, port, self.gateway.connections, timeout_graceful_shutdown=5
             )
             self._server = _GatewayServer(config)
             self._server_task = asyncio.get_running_loop().create_task(
@@ -249,12 +250,19 @@ class Runtime:
         stop cuts it short), then stop the engines and the gateway. True if all finished."""
         self.phase = "draining"
         self.gate.close()
+        self.gateway.connections.drain()  # idle and slow connections go now, not at the end
         if self.control is not None:
             await self.control.stop()
         self._write_state()
         idle = asyncio.ensure_future(self.gate.wait_idle(self.options.grace_period_s))
         forced = asyncio.ensure_future(self._wait_forced())
-        done, _ = await asyncio.wait({idle, forced}, return_when=asyncio.FIRST_COMPLETED)
+        while True:  # state.json follows the in-flight count, for `inferplane down`
+            done, _ = await asyncio.wait(
+                {idle, forced}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
+            )
+            if done:
+                break
+            self._write_state()
         finished = idle in done and idle.result()
         idle.cancel()
         forced.cancel()
