@@ -16,10 +16,15 @@ from inferplane.errors import InferplaneError
 from inferplane.planner.plan import Plan
 from inferplane.spec import FleetSpec
 
+GATEWAY_ONLY_NODE = "gateway"  # the host of a fleet that places nothing (endpoints only)
+
 
 def nodes_in_order(plan: Plan) -> list[str]:
     """Every node the plan uses: instances' (leaders') nodes in plan order, then the other
-    ranks' nodes of replicas that span nodes."""
+    ranks' nodes of replicas that span nodes; a plan that places nothing (only
+    `endpoints:` models) has one host for the gateway."""
+    if not plan.instances:
+        return [GATEWAY_ONLY_NODE]
     nodes: list[str] = []
     for inst in plan.instances:
         if inst.node not in nodes:

@@ -37,12 +37,6 @@ def render_files(
     fleet: FleetSpec, plan: Plan, target: str, options: RenderOptions
 ) -> dict[str, str]:
     """Relative path -> file content, nothing written."""
-    if not plan.instances:
-        raise InferplaneError(
-            "the plan places no instances; there is nothing to deploy",
-            field="plan.instances",
-            fix="give at least one model a source and replicas >= 1",
-        )
     fleet_text = _fleet_text(plan, options)
     if target == "k8s":
         from inferplane.deploy.k8s import render_k8s

@@ -43,8 +43,8 @@ from inferplane.planner.sizing import (
     GpuType,
     Shape,
     SizingFailure,
+    candidate_shapes,
     graph_bytes,
-    size_model,
 )
 from inferplane.planner.solver import solve_around_spanning
 from inferplane.planner.vllm_versions import era_of
@@ -83,8 +83,9 @@ def plan_fleet(
         profiles=profiles,
     )
     placement = place_greedy(items, slots, policy)
-    if policy == "binpack" and time_limit_s > 0:
-        solved = solve_around_spanning(items, slots, placement, time_limit_s=time_limit_s)
+    if time_limit_s > 0 and (policy == "binpack" or not _perfect(placement, items)):
+        solved = solve_around_spanning(items, slots, placement, time_limit_s=time_limit_s,
+                                       policy=policy)
         if solved is not None:
             solved.notes = [n for n in placement.notes if n.startswith("solver")]
             placement = solved
@@ -108,21 +109,19 @@ def placement_problem(
     version = fleet.engine.version
     models = [m for m in fleet.placed_models if m.replicas > 0]
     loaded = {m.name: _profile(m, profiles) for m in models}
-    targets = {t for m in models for t in m.placement.colocate_with}
     items: list[Item] = []
     for order, model in enumerate(models):
-        shapes: dict[str, Shape] = {}
+        shapes: dict[str, tuple[Shape, ...]] = {}
         failures: list[SizingFailure] = []
-        elastic = bool(model.placement.colocate_with) or model.name in targets
         for gpu_type in _allowed_types(model, fleet, types):
-            result = size_model(
+            result = candidate_shapes(
                 model, loaded[model.name], types[gpu_type], version=version,
-                budget_fraction=card_budget_fraction, colocated=elastic,
+                budget_fraction=card_budget_fraction,
             )
-            if isinstance(result, Shape):
-                shapes[gpu_type] = result
-            else:
+            if isinstance(result, SizingFailure):
                 failures.append(result)
+            else:
+                shapes[gpu_type] = tuple(result)
         if not shapes:
             raise explain.unsized(
                 model, loaded[model.name], failures, list(types.values()),
@@ -133,17 +132,28 @@ def placement_problem(
                 id=f"{model.name}-{r}", model=model.name, replica=r, order=order,
                 shapes=shapes, nodes=allowed_nodes(model.placement),
                 exclusive=model.placement.exclusive,
-                colocate_with=tuple(model.placement.colocate_with), elastic=elastic,
+                colocate_with=tuple(model.placement.colocate_with),
             )
             for r in range(model.replicas)
         ]
     return slots, items, models, loaded
 
 
+def _perfect(placement: Placement, items: list[Item]) -> bool:
+    """Every replica placed and meeting its demand: nothing for the solver to improve
+    but GPU counts, which `spread` does not minimise."""
+    by_id = {i.id: i for i in items}
+    return not placement.unplaced and all(
+        by_id[i].shape(c.gpu_type, c.tp).meets(c.units) for i, c in placement.choices.items()
+    )
+
+
 def inventory_slots(
     fleet: FleetSpec, discovered: list[DiscoveredGpu] | None, budget: float
 ) -> list[Slot]:
     units = int(budget * UNITS)
+    if not fleet.discover_gpus and fleet.gpus is None:
+        return []  # nothing to place: no inventory needed
     if fleet.gpus is not None:
         slots: list[Slot] = []
         for node in fleet.gpus.nodes:
@@ -229,6 +239,12 @@ def _assemble(
     models = {m.name: m for m in fleet.placed_models}
     ordered = sorted(items, key=lambda i: (i.order, i.replica))
     warnings: list[str] = list(placement.notes)
+    if not items:
+        routed = ", ".join(m.name for m in fleet.endpoint_models) or "none"
+        warnings.append(
+            "nothing to place: no model has a source and replicas >= 1; the plan holds "
+            f"only the gateway's routes to endpoints ({routed}), no GPU was looked at"
+        )
     instances: list[PlanInstance] = []
     spanning = 0
     for n, item in enumerate(ordered):
@@ -291,9 +307,11 @@ def _instance(
     ports: _Ports,
     fleet: FleetSpec,
 ) -> tuple[PlanInstance, list[str]]:
-    shape = item.shapes[choice.gpu_type]
+    shape = item.shape(choice.gpu_type, choice.tp)
     slots = rank_slots[0]
     total = slots[0].total_bytes
+    if not shape.meets(share.units):
+        shape = replace(shape, wider=_wider(item, choice, shape, total))
     util = share.units / UNITS
     kv_bytes = shape.kv_bytes_at(share.units, total)
     settings = replace(
@@ -390,6 +408,15 @@ def _instance(
         ranks=ranks,
     )
     return instance, notes
+
+
+def _wider(item: Item, choice: Choice, shape: Shape, total_bytes: int) -> tuple[int, float] | None:
+    """(TP, concurrency) of the widest shape on this GPU type when wider than the one
+    placed: what more GPUs would have held (P09)."""
+    widest = item.shapes[choice.gpu_type][-1]
+    if widest.tensor_parallel_size <= shape.tensor_parallel_size:
+        return None
+    return widest.tensor_parallel_size, widest.concurrency_at(widest.want_units, total_bytes)
 
 
 def _uuids(slots: list[Slot]) -> list[str] | None:

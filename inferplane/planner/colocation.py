@@ -5,8 +5,9 @@ also holds a CUDA context (~0.5 GiB) outside that fraction. On every GPU:
 
     sum(utilization of its instances) + sum(their outside-budget bytes) <= budget x card
 
-Instances are packed at their minimum (co-location hints) or their want; afterwards each
-grows toward its want, largest weights first, as far as every card of its TP group allows.
+Instances are packed at the card share placement chose for them (between their minimum
+and their want); afterwards each grows toward its want, largest weights first, as far as
+every card of its TP group allows - never beyond it.
 
 Co-located instances also get an explicit KV pool (`--kv-cache-memory-bytes`): vLLM sizes
 its pool from whole-device free-memory deltas, which another process on the card distorts
@@ -33,7 +34,7 @@ class CardShare:
 
 
 def weights_rank(item: Item, choice: Choice) -> tuple[int, str]:
-    return (-item.shapes[choice.gpu_type].non_kv_bytes, item.id)
+    return (-item.shape(choice.gpu_type, choice.tp).non_kv_bytes, item.id)
 
 
 def share_cards(
@@ -44,15 +45,11 @@ def share_cards(
     for item_id, choice in choices.items():
         for key in choice.gpus():
             on_gpu[key].append(item_id)
-    units: dict[str, int] = {}
-    for item_id, choice in choices.items():
-        item = items[item_id]
-        shape = item.shapes[choice.gpu_type]
-        units[item_id] = shape.min_units if item.elastic else shape.want_units
+    units = {item_id: choice.units for item_id, choice in choices.items()}
     order = sorted(choices, key=lambda i: weights_rank(items[i], choices[i]))
     for item_id in order:
         choice = choices[item_id]
-        shape = items[item_id].shapes[choice.gpu_type]
+        shape = items[item_id].shape(choice.gpu_type, choice.tp)
         room = min(
             _room(key, item_id, on_gpu, units, items, choices, slot_of)
             for key in choice.gpus()
@@ -66,7 +63,7 @@ def share_cards(
         )
         kv: int | None = None
         if mates:
-            shape = items[item_id].shapes[choice.gpu_type]
+            shape = items[item_id].shape(choice.gpu_type, choice.tp)
             total = slot_of[(choice.node, choice.indices[0])].total_bytes
             kv = shape.kv_bytes_at(units[item_id], total)
         before = tuple(
@@ -89,7 +86,7 @@ def _room(
     slot = slot_of[key]
     taken = 0
     for other in on_gpu[key]:
-        shape = items[other].shapes[choices[other].gpu_type]
+        shape = items[other].shape(choices[other].gpu_type, choices[other].tp)
         taken += shape.outside_units_for(slot.total_bytes)
         if other != item_id:
             taken += units[other]
@@ -107,6 +104,6 @@ def card_used_units(
     used = 0
     for item_id, choice in choices.items():
         if key in choice.gpus():
-            shape = items[item_id].shapes[choice.gpu_type]
+            shape = items[item_id].shape(choice.gpu_type, choice.tp)
             used += shares[item_id].units + shape.outside_units_for(total_bytes)
     return used

@@ -61,15 +61,12 @@ def unplaced(
     item = next(by_id[i] for i in placement.unplaced if by_id[i].model == name)
     model = next(m for m in models if m.name == name)
     placed = model.replicas - missing[name]
-    shape = min(item.shapes.values(), key=lambda s: (s.gpus, s.tensor_parallel_size))
+    shape = min((s for shapes in item.shapes.values() for s in shapes),
+                key=lambda s: (s.gpus, s.min_units, s.gpu_type))
     if shape.pipeline_parallel_size > 1:
         return _unplaced_spanning(placement, by_id, model, placed, shape, slots)
     free = _free_gpus(placement, slots, set(item.shapes))
-    need_gpus = sum(
-        by_id[i].shapes[shape.gpu_type].tensor_parallel_size
-        if shape.gpu_type in by_id[i].shapes else 1
-        for i in placement.unplaced
-    )
+    need_gpus = shape.tensor_parallel_size * missing[name]
     message = (
         f"{name}: placed {placed} of {model.replicas} replicas; the rest do not fit next to "
         f"the other models (P08). Each replica needs TP {shape.tensor_parallel_size} on one "

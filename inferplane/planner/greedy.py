@@ -1,7 +1,8 @@
-"""First-fit-decreasing placement: fast, deterministic, and the solver's starting point.
+"""First-fit-decreasing placement: fast, deterministic, and the solver's seed and fallback.
 
-Items go largest first (GPUs per replica, then card share); models that ask to be
-co-located go after the models they join. Each item takes the best feasible GPU group:
+Items go largest first (GPUs of their smallest shape, then card share); models that ask to
+be co-located go after the models they join. Each item takes an `Option` (a shape - GPU
+type and TP - at a card share) and the best feasible GPU group for it:
 
 * one node and one GPU type per TP group (P12), aligned NVLink/switch blocks before
   unaligned ones (P13);
@@ -9,20 +10,37 @@ co-located go after the models they join. Each item takes the best feasible GPU 
   so whole nodes stay free for 8-GPU models; `spread`: the least loaded GPUs and nodes;
 * hints: `placement.node`, `placement.gpu_type` (via the item's shapes), `exclusive`
   (nothing else on its GPUs), `colocate_with` (shares a GPU with one of those models);
-* two replicas of one model never share a GPU (a replica is for availability);
+* two replicas of one model never share a GPU (a replica is for availability), nor a
+  sharing group: GPUs linked by instances that share them (one pod on Kubernetes);
 * a replica that spans nodes (pipeline stages) takes one TP group of empty GPUs on each of
   `pipeline_parallel_size` distinct nodes of one GPU type - the best-scoring nodes, ranks
   in inventory order - and nothing else is placed on those GPUs afterwards (P15).
+
+Two passes, the better one kept (`placement.quality`): *demand first* gives each item the
+cheapest option that meets its demand (else the one holding most of it); *minimum first*
+packs every item at its minimum share (so nothing is refused for want of room another
+model could give up), then upgrades items to options that meet their demand, cheapest
+upgrade first.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 
-from inferplane.planner.placement import Choice, Item, Placement, Slot, node_groups
+from inferplane.planner.placement import (
+    Choice,
+    Item,
+    Option,
+    Placement,
+    Slot,
+    node_groups,
+    quality,
+)
 from inferplane.spec.model import PlacementSpec
 
 Policy = str  # "binpack" | "spread"
+Score = tuple[int | float, ...]
 
 
 class PackState:
@@ -39,6 +57,8 @@ class PackState:
         self.groups = groups
         self.node_order = {node: i for i, node in enumerate(dict.fromkeys(s.node for s in slots))}
         self.sealed: set[tuple[str, int]] = set()  # GPUs of replicas that span nodes
+        self.demands: dict[str, int] = {}  # item id -> units it takes per GPU
+        self.placed: dict[str, Choice] = {}
 
     def fits(self, item: Item, node: str, index: int, demand: int) -> bool:
         key = (node, index)
@@ -58,6 +78,32 @@ class PackState:
             o.model in item.colocate_with for i in indices for o in self.occupants[(node, i)]
         )
 
+    def keeps_replicas_apart(self, item: Item, node: str, indices: tuple[int, ...]) -> bool:
+        """Whether the GPUs linked by sharing (one pod on Kubernetes) would still hold at
+        most one replica of each model once `item` takes `indices`."""
+        if not any(self.occupants[(node, i)] for i in indices):
+            return True
+        linked = set(indices)
+        members: dict[str, Item] = {item.id: item}
+        frontier = list(indices)
+        while frontier:
+            index = frontier.pop()
+            for other in self.occupants[(node, index)]:
+                if other.id in members:
+                    continue
+                members[other.id] = other
+                for key in self.placed[other.id].gpus():
+                    if key[0] == node and key[1] not in linked:
+                        linked.add(key[1])
+                        frontier.append(key[1])
+        models = [m.model for m in members.values()]
+        return len(models) == len(set(models))
+
+    def is_empty_node(self, node: str, node_slots: list[Slot]) -> bool:
+        return self.node_used[node] == 0 and not any(
+            self.occupants[s.key] for s in node_slots
+        )
+
     def place(self, item: Item, choice: Choice, demand: int) -> None:
         for key in choice.gpus():
             if not self.occupants[key]:
@@ -66,9 +112,32 @@ class PackState:
             self.occupants[key].append(item)
             if choice.spans_nodes:
                 self.sealed.add(key)
+        self.demands[item.id] = demand
+        self.placed[item.id] = choice
+
+    def remove(self, item: Item, choice: Choice) -> None:
+        demand = self.demands.pop(item.id)
+        del self.placed[item.id]
+        for key in choice.gpus():
+            self.used[key] -= demand
+            self.occupants[key] = [o for o in self.occupants[key] if o.id != item.id]
+            if not self.occupants[key]:
+                self.node_used[key[0]] -= 1
+
+    def anchors_colocated(self, item: Item, choice: Choice) -> bool:
+        """Whether a co-located replica on these GPUs relies on `item` as its partner."""
+        for key in choice.gpus():
+            for other in self.occupants[key]:
+                if item.model not in other.colocate_with:
+                    continue
+                partners = [o for k in choice.gpus() for o in self.occupants[k]
+                            if o.model in other.colocate_with and o.id != item.id]
+                if not partners:
+                    return True
+        return False
 
 
-def item_order(items: list[Item]) -> list[Item]:
+def item_order(items: Iterable[Item]) -> list[Item]:
     def key(item: Item) -> tuple[int, int, int, int, int]:
         tp, units = item.size_key()
         return (1 if item.colocate_with else 0, -tp, -units, item.order, item.replica)
@@ -79,51 +148,174 @@ def item_order(items: list[Item]) -> list[Item]:
 def place_greedy(
     items: list[Item], slots: list[Slot], policy: Policy = "binpack"
 ) -> Placement:
+    by_id = {item.id: item for item in items}
+    demand_first = _pass(items, slots, policy, upgrade=False)
+    if not demand_first.unplaced and all(
+        by_id[i].shape(c.gpu_type, c.tp).meets(c.units) for i, c in demand_first.choices.items()
+    ):
+        return demand_first
+    minimum_first = _pass(items, slots, policy, upgrade=True)
+    if quality(minimum_first, by_id, slots, policy) > quality(demand_first, by_id, slots, policy):
+        return minimum_first
+    return demand_first
+
+
+def _pass(items: list[Item], slots: list[Slot], policy: Policy, *, upgrade: bool) -> Placement:
     state = PackState(slots)
     placement = Placement(solver="greedy")
     type_bytes = {s.gpu_type: s.total_bytes for s in slots}
-    for item in item_order(items):
-        best: tuple[tuple[int | float, ...], Choice, int] | None = None
-        types = sorted(
-            (t for t in item.shapes if t in type_bytes), key=lambda t: (type_bytes[t], t)
-        )
-        for type_rank, gpu_type in enumerate(types):
-            shape = item.shapes[gpu_type]
-            tp = shape.tensor_parallel_size
-            demand = item.demand(gpu_type, type_bytes[gpu_type])
-            if shape.pipeline_parallel_size > 1:
-                spanning = _spanning_choice(
-                    state, item, gpu_type, shape.pipeline_parallel_size, tp, demand, type_rank,
-                    policy,
-                )
-                if spanning is not None and (best is None or spanning[0] < best[0]):
-                    best = (spanning[0], spanning[1], demand)
-                continue
-            for (node, node_type), node_slots in state.groups.items():
-                if node_type != gpu_type or (item.nodes is not None and node not in item.nodes):
-                    continue
-                if len(node_slots) < tp:
-                    continue
-                for group, aligned in _candidates(state, item, node, node_slots, tp, demand):
-                    if not state.joins_partner(item, node, group):
-                        continue
-                    score = _score(state, node, group, aligned, type_rank, demand, policy)
-                    if best is None or score < best[0]:
-                        best = (score, Choice(gpu_type, node, group), demand)
-        if best is None:
-            placement.unplaced.append(item.id)
-            continue
-        _, choice, demand = best
-        state.place(item, choice, demand)
-        placement.choices[item.id] = choice
+    ordered = item_order(items)
+    for item in ordered:  # spanning replicas first: they need whole empty nodes
+        if item.spans_nodes:
+            _place(state, placement, item, type_bytes, policy, _by_demand)
+    for item in ordered:
+        if not item.spans_nodes:
+            _place(state, placement, item, type_bytes, policy,
+                   _by_minimum if upgrade else _by_demand)
+    if upgrade:
+        _upgrade(state, placement, ordered, type_bytes, policy)
+    for item_id, choice in placement.choices.items():
         for node, indices in choice.groups():
             if len(indices) > 1 and not _aligned(indices):
                 placement.notes.append(
-                    f"P13: {item.id} runs TP {len(indices)} on unaligned GPUs "
-                    f"{list(indices)} of {node}; they may sit under different "
-                    "PCIe switches"
+                    f"P13: {item_id} runs TP {len(indices)} on unaligned GPUs "
+                    f"{list(indices)} of {node}; they may sit under different PCIe switches"
                 )
     return placement
+
+
+OptionKey = Callable[[Option, int], tuple[int, ...]]
+
+
+def _by_demand(option: Option, type_rank: int) -> tuple[int, ...]:
+    """Options that meet the demand first (fewest GPUs, then least share), then the ones
+    holding most of it."""
+    shape = option.shape
+    if shape.meets(option.units):
+        return (0, shape.gpus, option.units, type_rank)
+    return (1, shape.gpus, -option.units, type_rank)
+
+
+def _by_minimum(option: Option, type_rank: int) -> tuple[int, ...]:
+    return (option.shape.gpus, option.units, type_rank)
+
+
+def _options(item: Item, type_bytes: dict[str, int], key: OptionKey) -> list[Option]:
+    types = sorted((t for t in item.shapes if t in type_bytes), key=lambda t: (type_bytes[t], t))
+    ranked = [(key(o, rank), n, o) for rank, t in enumerate(types)
+              for n, o in enumerate(item.options(t))]
+    return [o for _, _, o in sorted(ranked, key=lambda r: (r[0], r[1]))]
+
+
+def _place(
+    state: PackState,
+    placement: Placement,
+    item: Item,
+    type_bytes: dict[str, int],
+    policy: Policy,
+    key: OptionKey,
+    only: Choice | None = None,
+) -> bool:
+    """Give `item` the first option (in `key` order) with a feasible group; `only`: keep
+    it on those GPUs (a partner other replicas were co-located with)."""
+    types = sorted(type_bytes, key=lambda t: (type_bytes[t], t))
+    for option in _options(item, type_bytes, key):
+        gpu_type = option.shape.gpu_type
+        found = _best_group(state, item, option, types.index(gpu_type),
+                            type_bytes[gpu_type], policy, only)
+        if found is not None:
+            state.place(item, found, option.demand(type_bytes[gpu_type]))
+            placement.choices[item.id] = found
+            if item.id in placement.unplaced:
+                placement.unplaced.remove(item.id)
+            return True
+    if item.id not in placement.unplaced:
+        placement.unplaced.append(item.id)
+    return False
+
+
+def _upgrade(
+    state: PackState,
+    placement: Placement,
+    ordered: list[Item],
+    type_bytes: dict[str, int],
+    policy: Policy,
+) -> None:
+    """Move replicas placed at a share short of their demand to options that meet it,
+    cheapest first (most replicas meeting their demand), then raise the rest as far as
+    the cards allow."""
+    def extra(item: Item) -> tuple[int, int, int]:
+        choice = placement.choices[item.id]
+        shape = item.shape(choice.gpu_type, choice.tp)
+        return (shape.demand_units * shape.gpus - choice.units * choice.tp, item.order,
+                item.replica)
+
+    for key in (_by_demand, _by_held):
+        pending = [i for i in ordered if i.id in placement.choices and not i.spans_nodes]
+        pending = [i for i in pending if not _meets(i, placement.choices[i.id])]
+        for item in sorted(pending, key=extra):
+            current = placement.choices[item.id]
+            state.remove(item, current)
+            only = current if state.anchors_colocated(item, current) else None
+            if not _place(state, placement, item, type_bytes, policy, key, only):
+                raise AssertionError(f"{item.id} lost its place while upgrading")
+
+
+def _by_held(option: Option, type_rank: int) -> tuple[int, ...]:
+    """The most share on the fewest GPUs (the rest of an unmet demand)."""
+    return (option.shape.gpus, -option.units, type_rank)
+
+
+def _meets(item: Item, choice: Choice) -> bool:
+    return item.shape(choice.gpu_type, choice.tp).meets(choice.units)
+
+
+def _best_group(
+    state: PackState,
+    item: Item,
+    option: Option,
+    type_rank: int,
+    total_bytes: int,
+    policy: Policy,
+    only: Choice | None,
+) -> Choice | None:
+    shape = option.shape
+    gpu_type, tp = shape.gpu_type, shape.tensor_parallel_size
+    demand = option.demand(total_bytes)
+    if shape.pipeline_parallel_size > 1:
+        spanning = _spanning_choice(state, item, gpu_type, shape.pipeline_parallel_size, tp,
+                                    demand, type_rank, policy)
+        if spanning is None:
+            return None
+        choice = spanning[1]
+        return Choice(gpu_type, choice.node, choice.indices, choice.ranks, option.units)
+    if only is not None:  # the same GPUs, another share
+        if gpu_type != only.gpu_type or tp != only.tp or not all(
+            state.fits(item, only.node, i, demand) for i in only.indices
+        ) or not state.keeps_replicas_apart(item, only.node, only.indices):
+            return None
+        return Choice(gpu_type, only.node, only.indices, units=option.units)
+    best: tuple[Score, Choice] | None = None
+    seen_empty: set[tuple[str, int]] = set()  # identical empty nodes: only the first
+    for (node, node_type), node_slots in state.groups.items():
+        if node_type != gpu_type or (item.nodes is not None and node not in item.nodes):
+            continue
+        if len(node_slots) < tp:
+            continue
+        if state.is_empty_node(node, node_slots):
+            signature = (node_type, len(node_slots))
+            if signature in seen_empty:
+                continue
+            seen_empty.add(signature)
+        for group, aligned in _candidates(state, item, node, node_slots, tp, demand):
+            if not state.joins_partner(item, node, group):
+                continue
+            if not state.keeps_replicas_apart(item, node, group):
+                continue
+            score = _score(state, node, group, aligned, type_rank, demand, policy)
+            if best is None or score < best[0]:
+                best = (score, Choice(gpu_type, node, group, units=option.units))
+    return best[1] if best is not None else None
 
 
 def _spanning_choice(
@@ -135,9 +327,9 @@ def _spanning_choice(
     demand: int,
     type_rank: int,
     policy: Policy,
-) -> tuple[tuple[int | float, ...], Choice] | None:
+) -> tuple[Score, Choice] | None:
     """The best `pp` distinct nodes of `gpu_type` with a TP group of empty GPUs each."""
-    per_node: list[tuple[tuple[int | float, ...], str, tuple[int, ...], bool]] = []
+    per_node: list[tuple[Score, str, tuple[int, ...], bool]] = []
     for (node, node_type), node_slots in state.groups.items():
         if node_type != gpu_type or len(node_slots) < tp:
             continue
@@ -160,7 +352,7 @@ def _spanning_choice(
     left = sum(sum(state.slots[(node, i)].capacity_units - state.used[(node, i)] - demand
                    for i in group) for _, node, group, _ in chosen)
     first = state.node_order[chosen[0][1]]
-    score: tuple[int | float, ...]
+    score: Score
     if policy == "spread":
         load = sum(state.node_used[node] for _, node, _, _ in chosen)
         score = (unaligned, type_rank, 0, load, first)
@@ -199,7 +391,7 @@ def _score(
     type_rank: int,
     demand: int,
     policy: Policy,
-) -> tuple[int | float, ...]:
+) -> Score:
     opened = sum(1 for i in group if not state.occupants[(node, i)])
     left = sum(state.slots[(node, i)].capacity_units - state.used[(node, i)] - demand
                for i in group)

@@ -1,8 +1,10 @@
 """The placement problem both placers solve: GPU slots, items to place, and an assignment.
 
-A `Slot` is one physical GPU; an `Item` is one replica with a `Shape` per GPU type it may
-use; a `Choice` is its GPU group on one node - or, for a shape with pipeline stages, one
-group per node (`ranks`, rank 0 first; those GPUs hold nothing else). Capacities and
+A `Slot` is one physical GPU; an `Item` is one replica with the `Shape`s it may take on
+each GPU type it may use (every valid TP; each packed at one of a few card shares, an
+`Option`); a `Choice` is its GPU group on one node and the share it was packed at - or,
+for a shape with pipeline stages, one group per node (`ranks`, rank 0 first; those GPUs
+hold nothing else). Capacities and
 demands are integer units of 1/10,000 card (`sizing.UNITS`); an item's demand on each GPU
 of its TP group is its utilization share plus its CUDA context (P01).
 """
@@ -32,29 +34,50 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One way to run a replica: a shape (GPU type, TP) packed at a card share."""
+
+    shape: Shape
+    units: int  # utilization in 1/10,000 of a card
+
+    def demand(self, total_bytes: int) -> int:
+        """Card units it takes on each GPU of its group: the share plus the CUDA context."""
+        return self.units + self.shape.outside_units_for(total_bytes)
+
+
+@dataclass(frozen=True)
 class Item:
-    """One replica to place."""
+    """One replica to place, with every shape it may take."""
 
     id: str
     model: str
     replica: int
     order: int  # position of the model in the fleet file
-    shapes: dict[str, Shape]  # by GPU type
+    shapes: dict[str, tuple[Shape, ...]]  # by GPU type, smallest TP first
     nodes: frozenset[str] | None  # placement.node
     exclusive: bool
     colocate_with: tuple[str, ...]
-    elastic: bool  # in a colocate_with relation: packed at its minimum, grown afterwards
 
-    def demand(self, gpu_type: str, total_bytes: int) -> int:
-        shape = self.shapes[gpu_type]
-        base = shape.min_units if self.elastic else shape.want_units
-        return base + shape.outside_units_for(total_bytes)
+    def shape(self, gpu_type: str, tp: int) -> Shape:
+        for shape in self.shapes[gpu_type]:
+            if shape.tensor_parallel_size == tp:
+                return shape
+        raise KeyError((self.id, gpu_type, tp))
+
+    def options(self, gpu_type: str) -> list[Option]:
+        """Every (shape, share) on `gpu_type`, largest share first per shape."""
+        return [Option(shape, units) for shape in self.shapes[gpu_type]
+                for units in shape.share_steps()]
+
+    @property
+    def spans_nodes(self) -> bool:
+        return any(s.pipeline_parallel_size > 1 for shapes in self.shapes.values()
+                   for s in shapes)
 
     def size_key(self) -> tuple[int, int]:
-        """For first-fit-decreasing: GPUs per replica, then the largest demand."""
-        tp = max(s.gpus for s in self.shapes.values())
-        units = max(s.min_units if self.elastic else s.want_units for s in self.shapes.values())
-        return tp, units
+        """For first-fit-decreasing: GPUs of the smallest shape, then its largest share."""
+        smallest = [shapes[0] for shapes in self.shapes.values()]
+        return max(s.gpus for s in smallest), max(s.want_units for s in smallest)
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,11 @@ class Choice:
     node: str  # rank 0's node when the replica spans nodes
     indices: tuple[int, ...]  # rank 0's GPUs
     ranks: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPUs) per stage, PP > 1
+    units: int = 0  # the card share it was packed at (grown afterwards, colocation.py)
+
+    @property
+    def tp(self) -> int:
+        return len(self.indices)
 
     @property
     def spans_nodes(self) -> bool:
@@ -89,6 +117,31 @@ class Placement:
 
     def gpus_used(self) -> int:
         return len({key for c in self.choices.values() for key in c.gpus()})
+
+    def nodes_used(self) -> int:
+        return len({node for c in self.choices.values() for node, _ in c.groups()})
+
+
+Quality = tuple[int, ...]
+
+
+def quality(
+    placement: Placement, items: dict[str, Item], slots: list[Slot], policy: str = "binpack"
+) -> Quality:
+    """The objective, better when larger: replicas placed, replicas meeting their demand,
+    then (binpack) fewest GPUs, demand held in total (1/1,000 per replica), fewest nodes;
+    (spread, which does not minimise GPUs) demand held. GPUs rank above demand held so a
+    demand no shape can meet does not take every free GPU for a little more of it."""
+    total = {s.key: s.total_bytes for s in slots}
+    met = held = 0
+    for item_id, choice in placement.choices.items():
+        shape = items[item_id].shape(choice.gpu_type, choice.tp)
+        met += shape.meets(choice.units)
+        held += shape.held_permille(choice.units, total[(choice.node, choice.indices[0])])
+    placed = len(placement.choices)
+    if policy == "spread":
+        return (placed, met, held)
+    return (placed, met, -placement.gpus_used(), held, -placement.nodes_used())
 
 
 def node_groups(slots: list[Slot], tp: int) -> list[tuple[tuple[int, ...], bool]]:

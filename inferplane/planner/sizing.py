@@ -48,6 +48,7 @@ from inferplane.planner.weights import DTYPE_BYTES, resolve_dtype, resolve_quant
 from inferplane.spec import ModelSpec
 
 UNITS = 10_000  # one card
+SHARE_STEPS = 4  # card shares tried between a replica's minimum and its want
 SHRUNK_CAPTURE_SIZES = (1, 2, 4, 8)
 # Fragmentation/activation-spike headroom on top of the estimate, by weight precision (P06).
 HEADROOM_8BIT_BIG = 0.03
@@ -99,6 +100,49 @@ class Shape:
     # of the heaviest stage. `pipeline_layers`: decoder layers per stage (empty for one).
     pipeline_parallel_size: int = 1
     pipeline_layers: tuple[int, ...] = ()
+    # The user asked for `max_num_seqs` concurrent requests: a demand the planner tries to
+    # meet (a larger TP may be needed). vLLM's default is a cap, not a demand: then the
+    # demand is this shape's `want` (the safe band), which TP cannot raise.
+    explicit_seqs: bool = False
+
+    @property
+    def demand_units(self) -> int:
+        """The card share at which this replica meets its demand (may exceed the card)."""
+        if self.fixed_utilization or not self.explicit_seqs:
+            return self.want_units
+        return self.full_units
+
+    def meets(self, units: int) -> bool:
+        """Whether `units` of each card meet the replica's demand (its requested
+        concurrency at max_model_len, or the want of an explicit utilization/KV pool)."""
+        return units >= self.demand_units
+
+    def share_steps(self) -> tuple[int, ...]:
+        """The card shares placement may pack this replica at, largest first: its want, a
+        few steps down, and its minimum (one request). Fixed by the user: that one."""
+        if self.fixed_utilization or self.want_units <= self.min_units:
+            return (self.want_units,)
+        span = self.want_units - self.min_units
+        steps = {self.want_units, self.min_units}
+        steps.update(self.min_units + span * k // SHARE_STEPS for k in range(1, SHARE_STEPS))
+        return tuple(sorted(steps, reverse=True))
+
+    def concurrency_at(self, units: int, total_bytes: int) -> float:
+        """Requests of max_model_len the KV pool holds at `units` of each card."""
+        if not self.kv_bytes_per_request:
+            return 0.0
+        return self.kv_bytes_at(units, total_bytes) / self.kv_bytes_per_request
+
+    def held_permille(self, units: int, total_bytes: int) -> int:
+        """How much of its demand a replica holds at `units`, in 1/1,000 (1,000 = met)."""
+        if self.meets(units):
+            return 1000
+        if not self.kv_bytes_per_request:
+            return 0
+        demand = self.kv_bytes_at(self.demand_units, total_bytes)
+        if demand <= 0:
+            return 1000
+        return min(1000, self.kv_bytes_at(units, total_bytes) * 1000 // demand)
 
     @property
     def gpus(self) -> int:
@@ -168,19 +212,54 @@ def size_model(
     version: str,
     budget_fraction: float,
     settings: EngineSettings | None = None,
-    colocated: bool = False,
 ) -> Shape | SizingFailure:
-    """The shape of one replica of `model` on `gpu`, or why there is none. A `colocated`
-    model (a colocate_with hint either way) takes the smallest TP where one request fits:
-    it shares a card and grows into what is left. Pipeline stages: see the module doc."""
+    """The preferred shape of one replica of `model` on `gpu` alone (P16: the smallest TP
+    that meets the requested concurrency, else the smallest where one request fits), or
+    why there is none. The planner itself weighs every candidate (`candidate_shapes`)."""
+    result = candidate_shapes(model, profile, gpu, version=version,
+                              budget_fraction=budget_fraction, settings=settings)
+    if isinstance(result, SizingFailure):
+        return result
+    return preferred(result, gpu.total_bytes)
+
+
+def preferred(fitting: list[Shape], total_bytes: int) -> Shape:
+    """The shape a replica alone would take: the smallest TP meeting its demand, else the
+    smallest TP (saying what the widest would hold)."""
+    for shape in fitting:
+        if shape.meets(shape.want_units):
+            return shape
+    chosen, widest = fitting[0], fitting[-1]
+    if widest is chosen:
+        return chosen
+    return replace(
+        chosen, wider=(widest.tensor_parallel_size,
+                       widest.concurrency_at(widest.want_units, total_bytes))
+    )
+
+
+def candidate_shapes(
+    model: ModelSpec,
+    profile: ModelProfile,
+    gpu: GpuType,
+    *,
+    version: str,
+    budget_fraction: float,
+    settings: EngineSettings | None = None,
+) -> list[Shape] | SizingFailure:
+    """Every shape one replica of `model` may take on `gpu` - each valid TP where one
+    request fits, smallest first - or why there is none. Pipeline stages: one shape, the
+    fewest stages that fit (see the module doc)."""
     base = settings or base_settings(model, version)
     best: SizingFailure | None = None
-    for pp in _pipeline_options(model, profile, gpu, base, colocated):
+    for pp in _pipeline_options(model, profile, gpu, base):
         result = _size_at(
             model, profile, gpu, replace(base, pipeline_parallel_size=pp),
-            budget_fraction=budget_fraction, colocated=colocated,
+            budget_fraction=budget_fraction,
         )
-        if isinstance(result, Shape):
+        if isinstance(result, list):
+            if pp > 1:  # a replica that spans nodes takes the shape alone would take
+                return [preferred(result, gpu.total_bytes)]
             return result
         if best is None or _better_failure(result, best):
             best = result
@@ -189,14 +268,13 @@ def size_model(
 
 
 def _pipeline_options(
-    model: ModelSpec, profile: ModelProfile, gpu: GpuType, base: EngineSettings,
-    colocated: bool,
+    model: ModelSpec, profile: ModelProfile, gpu: GpuType, base: EngineSettings
 ) -> list[int]:
     """Explicit: that size. auto: 1, then 2, 3, ... up to the nodes of this GPU type (never
     for a model pinned to a node or sharing GPUs)."""
     if model.pipeline_parallel_size != "auto":
         return [base.pipeline_parallel_size]
-    if model.placement.node is not None or colocated:
+    if model.placement.node is not None or model.placement.colocate_with:
         return [1]
     most = min(gpu.nodes_with(1), profile.num_layers)
     return list(range(1, max(1, most) + 1))
@@ -215,9 +293,8 @@ def _size_at(
     base: EngineSettings,
     *,
     budget_fraction: float,
-    colocated: bool,
-) -> Shape | SizingFailure:
-    """The shape at `base.pipeline_parallel_size` stages."""
+) -> list[Shape] | SizingFailure:
+    """Every fitting shape at `base.pipeline_parallel_size` stages, smallest TP first."""
     pp = base.pipeline_parallel_size
     if pp > 1 or base.pipeline_layer_partition is not None:
         problem = _pipeline_problem(profile, pp, base)
@@ -245,14 +322,13 @@ def _size_at(
         max_len = _auto_length(profile, base, gpu, candidates, budget_fraction)
     base = replace(base, max_model_len=max_len)
     user_sizes = capture_sizes_from_extra_args(model.extra_args)
-    explicit_seqs = model.max_num_seqs is not None and not colocated
     fixed_util = model.gpu_memory_utilization != "auto"
 
-    fitting: list[Shape] = []
     best: SizingFailure | None = None
     for shrink in (False, True):
         if shrink and (user_sizes is not None or base.enforce_eager):
             break
+        fitting: list[Shape] = []
         for tp in candidates:
             result = _shape_at(
                 model, profile, gpu, replace(base, tensor_parallel_size=tp),
@@ -268,20 +344,8 @@ def _size_at(
                     best = result
                 continue
             fitting.append(result)
-            if not explicit_seqs or _meets_target(result):
-                return result
         if fitting:
-            break
-    if fitting:
-        # No TP meets the requested concurrency: the smallest that fits one request (P16);
-        # more GPUs would not reach the target either. Say what the largest TP would hold.
-        chosen = fitting[0]
-        widest = fitting[-1]
-        if widest is chosen:
-            return chosen
-        return replace(
-            chosen, wider=(widest.tensor_parallel_size, _concurrency(widest, gpu.total_bytes))
-        )
+            return fitting
     assert best is not None
     return best
 
@@ -289,16 +353,6 @@ def _size_at(
 def _pipeline_problem(profile: ModelProfile, pp: int, settings: EngineSettings) -> str | None:
     errors = rules.pipeline_parallel_errors(profile, pp, settings.pipeline_layer_partition)
     return errors[0] if errors else None
-
-
-def _meets_target(shape: Shape) -> bool:
-    return shape.want_units >= shape.full_units or shape.fixed_utilization
-
-
-def _concurrency(shape: Shape, total_bytes: int) -> float:
-    if not shape.kv_bytes_per_request:
-        return 0.0
-    return shape.kv_bytes_at(shape.want_units, total_bytes) / shape.kv_bytes_per_request
 
 
 def _units_for(need_bytes: int, headroom: float, total_bytes: int) -> int:
@@ -402,6 +456,7 @@ def _shape_at(
         want_units=want,
         full_units=full,
         fixed_utilization=fixed_util,
+        explicit_seqs=settings.max_num_seqs is not None,
         capture_sizes=capture_sizes,
         target_seqs=target,
         warnings=tuple(warnings),

@@ -1,18 +1,25 @@
-"""Exact/near-exact placement with OR-Tools CP-SAT: fewest GPUs, then fewest nodes touched.
+"""The joint placement model with OR-Tools CP-SAT: shape, card share and GPUs in one solve.
 
-The model: one boolean per (item, GPU group) option - groups are the aligned TP blocks of
-each node (P13), on nodes of the item's GPU types (P12) and allowed nodes - with exactly
-one option per item, per-GPU capacity in card units (P01), exclusivity, co-location and
-"no two replicas of one model on a GPU". The greedy placement is the hint and the upper
-bound: only the nodes greedy used (plus every node when greedy failed) are modelled, and
-the solver's answer is kept only when it is at least as good.
+One boolean per (model, option, GPU group): an option is a shape (GPU type, TP) at one of a
+few card shares between the replica's minimum and its want (`Shape.share_steps`); groups
+are the aligned TP blocks of each node (P13), on nodes of the model's GPU types (P12) and
+allowed nodes. Replicas of one model are interchangeable, so they share their variables:
+the options picked for a model add up to its replica count, and no GPU holds two of them
+(symmetry the solver would otherwise have to explore). Constraints: per-GPU capacity in
+card units with CUDA contexts (P01), exclusivity, co-location (each replica shares a GPU
+with an instance of a partner model).
 
-Replicas that span nodes (pipeline stages) are not modelled: greedy places them first
-(largest first) and `solve_around_spanning` hands the solver the other replicas and the
-GPUs those left free.
+The objective, lexicographic by weights: replicas meeting their demand; then (binpack)
+fewest GPUs - or (spread) most GPUs; then demand held in total (percent per replica, so a
+shortfall is spread); then fewest nodes and low indices. Every replica placed is a hard
+constraint.
+
+The greedy placement is the hint and the fallback: when greedy met every demand, only the
+nodes greedy used are modelled; the solver's answer is kept only when it is at least as
+good (`placement.quality`). Replicas that span nodes are greedy's (`solve_around_spanning`).
 
 Determinism: one search worker, a fixed seed and a *deterministic* time limit
-(`max_deterministic_time`), so the same fleet gives the same plan on any machine.
+(`max_deterministic_time`), so the same fleet gives the same plan on any machine and load.
 """
 
 from __future__ import annotations
@@ -20,18 +27,28 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
-from inferplane.planner.placement import Choice, Item, Placement, Slot, node_groups
+from inferplane.planner.placement import (
+    Choice,
+    Item,
+    Option,
+    Placement,
+    Slot,
+    node_groups,
+    quality,
+)
 
 MAX_OPTIONS = 60_000  # larger models are left to greedy (the time limit would be all build)
+HELD_SCALE = 10  # held demand in percent: permille // 10
 
 
 @dataclass(frozen=True)
-class _Option:
-    item: Item
+class _Var:
+    model: str  # the class of interchangeable replicas
+    option: Option
     choice: Choice
-    demand: int
+    demand: int  # card units on each GPU of the group
+    met: int
+    held: int  # percent of the demand held
 
 
 def solve(
@@ -40,32 +57,39 @@ def solve(
     greedy: Placement,
     *,
     time_limit_s: float,
+    policy: str = "binpack",
 ) -> Placement | None:
     """A placement at least as good as `greedy`, or None when the solver found nothing
     better in time (or the problem is too large to model)."""
     if not items:
         return None
-    used_nodes = {c.node for c in greedy.choices.values()}
-    modelled = slots if greedy.unplaced else [s for s in slots if s.node in used_nodes]
-    options = _options(items, modelled)
+    from ortools.sat.python import cp_model  # heavy: only when a solve runs
+
+    by_id = {item.id: item for item in items}
+    greedy_q = quality(greedy, by_id, slots, policy)
+    perfect = not greedy.unplaced and greedy_q[1] == len(items)
+    used_nodes = {node for c in greedy.choices.values() for node, _ in c.groups()}
+    modelled = [s for s in slots if s.node in used_nodes] if perfect else slots
+    classes = _classes(items)
+    options = _vars(classes, modelled)
     if options is None:
         greedy.notes.append(
             f"solver skipped: more than {MAX_OPTIONS} placement options; greedy result kept"
         )
         return None
     model = cp_model.CpModel()
-    var: dict[int, cp_model.IntVar] = {}
-    by_item: dict[str, list[int]] = defaultdict(list)
+    var = [model.new_bool_var(f"o{n}") for n in range(len(options))]
+    by_class: dict[str, list[int]] = defaultdict(list)
     by_gpu: dict[tuple[str, int], list[int]] = defaultdict(list)
     for n, opt in enumerate(options):
-        var[n] = model.new_bool_var(f"o{n}")
-        by_item[opt.item.id].append(n)
+        by_class[opt.model].append(n)
         for index in opt.choice.indices:
             by_gpu[(opt.choice.node, index)].append(n)
-    for item in items:
-        if not by_item[item.id]:
+    first = {name: members[0] for name, members in classes.items()}
+    for name, members in classes.items():
+        if not by_class[name]:
             return None
-        model.add_exactly_one(var[n] for n in by_item[item.id])
+        model.add(sum(var[n] for n in by_class[name]) == len(members))
     slot_of = {s.key: s for s in modelled}
     used = {key: model.new_bool_var(f"g{key[0]}:{key[1]}") for key in by_gpu}
     nodes = sorted({key[0] for key in by_gpu})
@@ -73,41 +97,68 @@ def solve(
     for key, ns in by_gpu.items():
         model.add(sum(options[n].demand * var[n] for n in ns) <= slot_of[key].capacity_units)
         model.add(sum(var[n] for n in ns) <= len(ns) * used[key])
+        model.add(sum(var[n] for n in ns) >= used[key])
         model.add_implication(used[key], node_used[key[0]])
         per_model: dict[str, list[int]] = defaultdict(list)
         for n in ns:
-            per_model[options[n].item.model].append(n)
+            per_model[options[n].model].append(n)
         for group in per_model.values():
             if len(group) > 1:
-                model.add(sum(var[n] for n in group) <= 1)
+                model.add(sum(var[n] for n in group) <= 1)  # replicas never share a GPU
         for n in ns:
-            if options[n].item.exclusive:
-                others = [m for m in ns if options[m].item.id != options[n].item.id]
+            if first[options[n].model].exclusive:
+                others = [m for m in ns if options[m].model != options[n].model]
                 if others:
                     model.add(sum(var[m] for m in others) == 0).only_enforce_if(var[n])
+    for node in nodes:
+        model.add_bool_or([used[k] for k in used if k[0] == node]).only_enforce_if(
+            node_used[node])
     for n, opt in enumerate(options):
-        if not opt.item.colocate_with:
+        partners_of = first[opt.model].colocate_with
+        if not partners_of:
             continue
-        partners = {
+        partners = sorted({
             m for index in opt.choice.indices for m in by_gpu[(opt.choice.node, index)]
-            if options[m].item.model in opt.item.colocate_with
-        }
+            if options[m].model in partners_of
+        })
         if not partners:
             model.add(var[n] == 0)
         else:
-            model.add_bool_or([var[m] for m in sorted(partners)]).only_enforce_if(var[n])
-    # GPUs used, then nodes touched (P15), then low indices first (a stable, readable plan).
+            model.add_bool_or([var[m] for m in partners]).only_enforce_if(var[n])
+    # A sharing group (GPUs linked by a multi-GPU instance; one pod on Kubernetes) holds
+    # at most one replica of each model. Aligned groups nest, so the occupied multi-GPU
+    # groups are exactly what links GPUs; chains of unaligned ones are checked afterwards.
+    spanned: dict[tuple[str, tuple[int, ...]], list[int]] = defaultdict(list)
+    for n, opt in enumerate(options):
+        if len(opt.choice.indices) > 1:
+            spanned[(opt.choice.node, opt.choice.indices)].append(n)
+    repeated = [name for name, members in classes.items() if len(members) > 1]
+    for (node, group), holders in spanned.items():
+        linked = model.new_bool_var(f"l{node}:{group}")
+        model.add_bool_or([var[n] for n in holders]).only_enforce_if(linked)
+        for n in holders:
+            model.add_implication(var[n], linked)
+        for name in repeated:
+            touching = sorted({m for i in group for m in by_gpu[(node, i)]
+                               if options[m].model == name})
+            if len(touching) > 1:
+                model.add(sum(var[m] for m in touching) <= 1).only_enforce_if(linked)
     position = {key: rank for rank, key in enumerate(sorted(used))}
     w_nodes = len(position) * (len(position) + 1) // 2 + 1
-    w_gpus = (len(nodes) + 1) * w_nodes
+    w_held = (len(nodes) + 1) * w_nodes
+    w_gpus = (100 * len(items) + 1) * w_held
+    w_met = (len(position) + 1) * w_gpus
+    gpu_sign = 1 if policy == "binpack" else -1
     model.minimize(
-        w_gpus * sum(used.values())
-        + w_nodes * sum(node_used.values())
-        + sum(position[key] * var for key, var in used.items())
+        -w_met * sum(opt.met * var[n] for n, opt in enumerate(options))
+        - w_held * sum(opt.held * var[n] for n, opt in enumerate(options))
+        + gpu_sign * w_gpus * sum(used.values())
+        + gpu_sign * w_nodes * sum(node_used.values())
+        + sum(position[key] * v for key, v in used.items())
     )
+    hinted = {(by_id[i].model, c) for i, c in greedy.choices.items()}
     for n, opt in enumerate(options):
-        chosen = greedy.choices.get(opt.item.id)
-        model.add_hint(var[n], 1 if chosen == opt.choice else 0)
+        model.add_hint(var[n], 1 if (opt.model, opt.choice) in hinted else 0)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
@@ -117,12 +168,47 @@ def solve(
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     result = Placement(solver="cp-sat", optimal=status == cp_model.OPTIMAL)
+    picked: dict[str, list[Choice]] = defaultdict(list)
+    order = {node: i for i, node in enumerate(dict.fromkeys(s.node for s in slots))}
     for n, opt in enumerate(options):
         if solver.boolean_value(var[n]):
-            result.choices[opt.item.id] = opt.choice
-    if not greedy.unplaced and _cost(result) > _cost(greedy):
+            picked[opt.model].append(opt.choice)
+    for name, members in classes.items():
+        chosen = sorted(picked[name], key=lambda c: (order[c.node], c.indices, -c.units))
+        for item, choice in zip(members, chosen, strict=True):
+            result.choices[item.id] = choice
+    if quality(result, by_id, slots, policy) < greedy_q or not replicas_apart(result, by_id):
         return None
     return result
+
+
+def replicas_apart(placement: Placement, items: dict[str, Item]) -> bool:
+    """No group of GPUs linked by sharing holds two replicas of one model."""
+    on_gpu: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for item_id, choice in placement.choices.items():
+        for key in choice.gpus():
+            on_gpu[key].append(item_id)
+    seen: set[tuple[str, int]] = set()
+    for start in on_gpu:
+        if start in seen:
+            continue
+        members: set[str] = set()
+        frontier = [start]
+        seen.add(start)
+        while frontier:
+            key = frontier.pop()
+            for item_id in on_gpu[key]:
+                if item_id in members:
+                    continue
+                members.add(item_id)
+                for other in placement.choices[item_id].gpus():
+                    if other not in seen:
+                        seen.add(other)
+                        frontier.append(other)
+        models = [items[i].model for i in members]
+        if len(models) != len(set(models)):
+            return False
+    return True
 
 
 def solve_around_spanning(
@@ -131,12 +217,16 @@ def solve_around_spanning(
     greedy: Placement,
     *,
     time_limit_s: float,
+    policy: str = "binpack",
 ) -> Placement | None:
     """`solve` for everything but the replicas greedy placed across nodes, which are kept
     as they are (with their GPUs taken out of the problem)."""
     fixed = {item_id: c for item_id, c in greedy.choices.items() if c.spans_nodes}
-    if not fixed:
-        return solve(items, slots, greedy, time_limit_s=time_limit_s)
+    spanning = {i.id for i in items if i.spans_nodes}
+    if not fixed and not spanning:
+        return solve(items, slots, greedy, time_limit_s=time_limit_s, policy=policy)
+    if spanning - set(fixed):
+        return None  # a spanning replica did not fit: nothing to gain for the others
     taken = {key for choice in fixed.values() for key in choice.gpus()}
     rest = Placement(
         choices={k: c for k, c in greedy.choices.items() if k not in fixed},
@@ -145,7 +235,7 @@ def solve_around_spanning(
     )
     solved = solve(
         [i for i in items if i.id not in fixed], [s for s in slots if s.key not in taken],
-        rest, time_limit_s=time_limit_s,
+        rest, time_limit_s=time_limit_s, policy=policy,
     )
     if solved is None:
         return None
@@ -153,30 +243,39 @@ def solve_around_spanning(
     return solved
 
 
-def _cost(placement: Placement) -> tuple[int, int]:
-    nodes = {c.node for c in placement.choices.values()}
-    return placement.gpus_used(), len(nodes)
+def _classes(items: list[Item]) -> dict[str, list[Item]]:
+    """Replicas of one model, in replica order (they are interchangeable)."""
+    classes: dict[str, list[Item]] = defaultdict(list)
+    for item in sorted(items, key=lambda i: (i.order, i.replica)):
+        classes[item.model].append(item)
+    return dict(classes)
 
 
-def _options(items: list[Item], slots: list[Slot]) -> list[_Option] | None:
+def _vars(classes: dict[str, list[Item]], slots: list[Slot]) -> list[_Var] | None:
     per_node: dict[tuple[str, str], list[Slot]] = defaultdict(list)
     for slot in slots:
         per_node[(slot.node, slot.gpu_type)].append(slot)
-    options: list[_Option] = []
-    for item in items:
+    out: list[_Var] = []
+    for name, members in classes.items():
+        item = members[0]
         for (node, gpu_type), node_slots in per_node.items():
-            shape = item.shapes.get(gpu_type)
-            if shape is None or (item.nodes is not None and node not in item.nodes):
+            if gpu_type not in item.shapes or (item.nodes is not None and node not in item.nodes):
                 continue
-            if shape.pipeline_parallel_size > 1:
-                continue  # spanning replicas are greedy's (solve_around_spanning)
-            tp = shape.tensor_parallel_size
-            demand = item.demand(gpu_type, node_slots[0].total_bytes)
-            if demand > node_slots[0].capacity_units:
-                continue
-            for group, aligned in node_groups(node_slots, tp):
-                if aligned:
-                    options.append(_Option(item, Choice(gpu_type, node, group), demand))
-            if len(options) > MAX_OPTIONS:
+            total = node_slots[0].total_bytes
+            for option in item.options(gpu_type):
+                shape = option.shape
+                if shape.pipeline_parallel_size > 1:
+                    continue  # spanning replicas are greedy's (solve_around_spanning)
+                demand = option.demand(total)
+                if demand > node_slots[0].capacity_units:
+                    continue
+                met = 1 if shape.meets(option.units) else 0
+                held = shape.held_permille(option.units, total) // HELD_SCALE
+                for group, aligned in node_groups(node_slots, shape.tensor_parallel_size):
+                    if aligned:
+                        out.append(_Var(name, option, Choice(gpu_type, node, group,
+                                                             units=option.units),
+                                        demand, met, held))
+            if len(out) > MAX_OPTIONS:
                 return None
-    return options
+    return out

@@ -40,7 +40,9 @@ class FleetSpec(SpecModel):
 
     @property
     def discover_gpus(self) -> bool:
-        return self.gpus is None
+        """Whether planning needs this host's GPUs: `gpus: discover` and something to place
+        (a fleet of `endpoints:` models plans and renders without NVML)."""
+        return self.gpus is None and any(m.replicas > 0 for m in self.placed_models)
 
     @property
     def placed_models(self) -> list[ModelSpec]:
