@@ -133,13 +133,13 @@ def solve(
         if len(opt.choice.indices) > 1:
             spanned[(opt.choice.node, opt.choice.indices)].append(n)
     repeated = [name for name, members in classes.items() if len(members) > 1]
-    for (node, group), holders in spanned.items():
-        linked = model.new_bool_var(f"l{node}:{group}")
+    for (node, block), holders in spanned.items():
+        linked = model.new_bool_var(f"l{node}:{block}")
         model.add_bool_or([var[n] for n in holders]).only_enforce_if(linked)
         for n in holders:
             model.add_implication(var[n], linked)
         for name in repeated:
-            touching = sorted({m for i in group for m in by_gpu[(node, i)]
+            touching = sorted({m for i in block for m in by_gpu[(node, i)]
                                if options[m].model == name})
             if len(touching) > 1:
                 model.add(sum(var[m] for m in touching) <= 1).only_enforce_if(linked)
