@@ -21,6 +21,7 @@ from inferplane.gateway.accesslog import AccessLog
 from inferplane.gateway.admission import BATCH, INTERACTIVE, QueueFull, QueueTimeout
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.config import GatewayConfig, ModelRoute
+from inferplane.gateway.connections import Connections
 from inferplane.gateway.errors import ClientError, error_body, sse_error_event
 from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
@@ -148,6 +149,7 @@ class GatewayApp:
         self.metrics = GatewayMetrics(self._live_series)
         self.state = GatewayState(config, on_unusable=self._count_unusable)
         self.access_log = AccessLog(config.access_log_path) if config.access_log else None
+        self.connections = Connections(config.connections)  # client connection bounds
         self._session: aiohttp.ClientSession | None = None
         self.monitor = Monitor(
             self.state,
@@ -199,6 +201,7 @@ class GatewayApp:
             await self._session.close()
             self._session = None
         self._upstream.close()
+        self.connections.close()
         self._started = False
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

@@ -44,6 +44,39 @@ class Timeouts:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """Per-connection bounds; the fleet file's `gateway.connections`."""
+
+    header_timeout_s: float = 30.0  # nginx client_header_timeout 60s
+    body_timeout_s: float = 30.0  # nginx client_body_timeout 60s (between two reads)
+    keepalive_timeout_s: float = 75.0  # nginx keepalive_timeout 75s
+    send_timeout_s: float = 60.0  # nginx send_timeout 60s (client reads nothing)
+    max_header_bytes: int = 64 * 1024  # nginx large_client_header_buffers 4 8k
+    max_connections: int = 10_000  # nginx worker_connections 512 (per worker)
+    fd_reserve: int = 256  # descriptors kept free for upstreams, logs, the database
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s",
+                     "send_timeout_s"):  # fmt: skip
+            if not getattr(self, name) > 0:
+                raise InferplaneError(
+                    "connection timeout must be positive",
+                    field=f"gateway.connections.{name}",
+                    value=getattr(self, name),
+                    fix="use a number of seconds > 0",
+                )
+        for name, least in (("max_header_bytes", 1024), ("max_connections", 1),
+                            ("fd_reserve", 0)):  # fmt: skip
+            if getattr(self, name) < least:
+                raise InferplaneError(
+                    f"{name} is too small",
+                    field=f"gateway.connections.{name}",
+                    value=getattr(self, name),
+                    fix=f"use at least {least}",
+                )
+
+
+@dataclass(frozen=True, slots=True)
 class Admission:
     """Bounded per-model queue used when every ready replica is at its concurrency cap (P37)."""
 
@@ -205,6 +238,8 @@ class GatewayConfig:
     engine_metrics_interval_s: float = 1.0
     engine_metrics_stale_after_s: float = 5.0
     health_interval_s: float = 2.0
+    # Client connections: timeouts, head size, how many (inferplane.gateway.connections).
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}

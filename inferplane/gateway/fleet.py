@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from inferplane.gateway.config import (
     Admission,
+    ConnectionLimits,
     GatewayConfig,
     LongPromptLane,
     ModelRoute,
@@ -76,4 +77,5 @@ def gateway_config_from_fleet(fleet: FleetSpec) -> GatewayConfig:
         max_body_bytes=int(gw.max_body_mib * 2**20),
         access_log_path=gw.access_log_path,
         priority_header=gw.priority_header,
+        connections=ConnectionLimits(**gw.connections.model_dump()),
     )

@@ -4,24 +4,35 @@ from __future__ import annotations
 
 import gc
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from inferplane.gateway.app import GatewayApp, build_app
 from inferplane.gateway.config import GatewayConfig
+from inferplane.gateway.connections import Connections, protocol_for, raise_nofile_soft_limit
 
 if TYPE_CHECKING:
     from inferplane.tenancy.service import Tenancy
 
 
-def uvicorn_config(app: GatewayApp, host: str, port: int) -> uvicorn.Config:
-    return uvicorn.Config(
-        app,
+def uvicorn_config(
+    app: Any,
+    host: str,
+    port: int,
+    connections: Connections | None = None,
+    **overrides: Any,
+) -> uvicorn.Config:
+    """uvicorn for the gateway (`app`, or an ASGI wrapper of it with its `connections`):
+    httptools bounded by the gateway's connection limits (`connections.py`)."""
+    if connections is None:
+        assert isinstance(app, GatewayApp), "pass the gateway's connections with a wrapper"
+        connections = app.connections
+    settings: dict[str, Any] = dict(
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=protocol_for(connections),
         lifespan="on",
         access_log=False,  # the gateway writes its own metadata-only log line
         server_header=False,
@@ -29,8 +40,10 @@ def uvicorn_config(app: GatewayApp, host: str, port: int) -> uvicorn.Config:
         log_level="warning",
         backlog=4096,
         proxy_headers=False,  # no X-Forwarded-* rewriting middleware on the hot path
-        timeout_keep_alive=75,
+        timeout_keep_alive=connections.limits.keepalive_timeout_s,
     )
+    settings.update(overrides)
+    return uvicorn.Config(app, **settings)
 
 
 def serve(
@@ -40,6 +53,7 @@ def serve(
     tenancy: Tenancy | None = None,
 ) -> None:
     """Run the gateway in the foreground until interrupted."""
+    raise_nofile_soft_limit()  # P30; the connection cap stays below what is left
     tune_gc()
     app = build_app(config, tenancy)
     uvicorn.Server(uvicorn_config(app, host or config.host, port or config.port)).run()

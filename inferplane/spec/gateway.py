@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, StrictStr
 
 from inferplane.spec.base import SpecModel
-from inferplane.spec.types import PositiveFloat
+from inferplane.spec.types import NonNegativeInt, PositiveFloat, PositiveInt
 
 
 class GatewayTimeouts(SpecModel):
@@ -19,6 +19,18 @@ class GatewayTimeouts(SpecModel):
     total_s: PositiveFloat = 3600.0
 
 
+class GatewayConnections(SpecModel):
+    """Bounds on client connections (docs/gateway.md lists nginx's equivalent of each)."""
+
+    header_timeout_s: PositiveFloat = 30.0  # the request head, from the first byte -> 408
+    body_timeout_s: PositiveFloat = 30.0  # longest gap between two body reads -> 408
+    keepalive_timeout_s: PositiveFloat = 75.0  # an idle keep-alive connection is closed
+    send_timeout_s: PositiveFloat = 60.0  # a client reading nothing of its answer is dropped
+    max_header_bytes: PositiveInt = Field(default=64 * 1024, ge=1024)  # larger heads: 431
+    max_connections: PositiveInt = 10_000  # beyond: 503 and closed
+    fd_reserve: NonNegativeInt = 256  # descriptors never used for client connections
+
+
 class GatewaySpec(SpecModel):
     """Where the gateway listens and what it accepts."""
 
@@ -26,6 +38,7 @@ class GatewaySpec(SpecModel):
     port: int = Field(default=8000, strict=True, ge=1, le=65535)
     max_body_mib: PositiveFloat = 32.0  # larger bodies get 413 naming the limit (P41)
     timeouts: GatewayTimeouts = Field(default_factory=GatewayTimeouts)
+    connections: GatewayConnections = Field(default_factory=GatewayConnections)
     # API keys (docs/tenancy.md): "auto" turns auth on once the store holds any key.
     auth: Literal["auto", "on", "off"] = "auto"
     database_url: StrictStr | None = None  # default: sqlite in the state directory

@@ -1,0 +1,325 @@
+"""Client connections bounded in time, size and number, as nginx bounds them.
+
+uvicorn's httptools protocol never times out a connection that sends its request head or
+body slowly (or nothing at all), accepts request heads of any size and any number of
+connections. `GuardedProtocol` adds, per `ConnectionLimits` (docs/gateway.md lists each
+next to nginx's equivalent):
+
+- the request head must be complete within `header_timeout_s` of the connection opening or
+  of its first byte (a keep-alive connection's next request) -> 408 and closed;
+- no gap between two reads of a request body may exceed `body_timeout_s` -> 408, closed;
+- an idle keep-alive connection is closed after `keepalive_timeout_s` (uvicorn's timer);
+- a client that reads nothing of its response for `send_timeout_s` is dropped;
+- a request head above `max_header_bytes` gets 431 and the connection is closed;
+- beyond `max_connections` open connections (and never closer to the process's descriptor
+  limit than `fd_reserve`; each client connection may hold an upstream one) a new
+  connection gets 503 and is closed;
+- `drain()` closes idle connections at once, answers 503 to those still sending a request
+  head or body, and lets those being answered finish and then close.
+
+Every connection also gets TCP_NODELAY: the gateway writes whole responses, so Nagle's
+algorithm only adds a delayed-ACK wait (~40 ms) to small answers on reused connections.
+
+Timers are one sweep over the open connections a few times per timeout, not one timer per
+request: the hot path only records a phase and a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+import socket
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from inferplane.gateway.config import ConnectionLimits
+from inferplane.gateway.errors import error_body
+
+# Phases of a connection.
+IDLE = 0  # between requests (or before the first byte)
+HEAD = 1  # receiving a request line and headers
+BODY = 2  # receiving a request body
+APP = 3  # the request is complete; the gateway is answering
+LINGER = 4  # answered with an error and half-closed; waiting for the client to go
+
+LINGER_S = 2.0  # how long a refused connection may keep sending before it is closed
+_PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
+            503: b"Service Unavailable"}  # fmt: skip
+
+
+def raise_nofile_soft_limit() -> int:
+    """Raise the soft descriptor limit to the hard one (P30); the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class Connections:
+    """The open client connections of one gateway, and what was refused or timed out."""
+
+    def __init__(self, limits: ConnectionLimits | None = None) -> None:
+        self.limits = limits or ConnectionLimits()
+        self.live: set[GuardedProtocol] = set()
+        self.draining = False
+        self.refused = 0  # over the connection cap
+        self.timed_out: dict[str, int] = {"header": 0, "body": 0, "send": 0}
+        self.too_large = 0  # 431s
+        self._timer: asyncio.TimerHandle | None = None
+        lim = self.limits
+        shortest = min(lim.header_timeout_s, lim.body_timeout_s, lim.send_timeout_s, LINGER_S)
+        self.sweep_s = max(0.02, min(1.0, shortest / 4))
+
+    @property
+    def cap(self) -> int:
+        """Open connections allowed now: the configured cap, or fewer when the descriptor
+        limit (minus the reserve, halved since each may hold an upstream) is lower."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            return self.limits.max_connections
+        return max(1, min(self.limits.max_connections, (soft - self.limits.fd_reserve) // 2))
+
+    def admit(self, proto: GuardedProtocol) -> bool:
+        if len(self.live) >= self.cap:
+            self.refused += 1
+            return False
+        self.live.add(proto)
+        if self._timer is None:
+            self._timer = proto.loop.call_later(self.sweep_s, self._sweep, proto.loop)
+        return True
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now = loop.time()
+        for proto in list(self.live):
+            proto.check(now)
+        if self.live:
+            self._timer = loop.call_later(self.sweep_s, self._sweep, loop)
+
+    def drain(self) -> None:
+        """Shutting down: close idle and slow connections now; let answers finish."""
+        self.draining = True
+        for proto in list(self.live):
+            proto.drain()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def stats(self) -> dict[str, int]:
+        return {"open": len(self.live), "cap": self.cap, "refused": self.refused,
+                "too_large": self.too_large, **{f"timed_out_{k}": v
+                                                for k, v in self.timed_out.items()}}  # fmt: skip
+
+
+def _error_response(status: int, message: str, extra: bytes = b"") -> bytes:
+    body = error_body(status, message)
+    return b"".join((
+        b"HTTP/1.1 %d %s\r\n" % (status, _PHRASES[status]),
+        b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
+        extra, b"connection: close\r\n\r\n", body,
+    ))  # fmt: skip
+
+
+_REFUSED = _error_response(
+    503, "the gateway is at its connection limit; retry later", b"retry-after: 1\r\n"
+)
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds above. `guard` is set per gateway by
+    `protocol_for`."""
+
+    guard: Connections
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.phase = IDLE
+        self.fresh = True  # no byte received yet
+        self.since = 0.0  # loop time: connection opened / head began / last body read
+        self.head_bytes = 0
+        self.head_size = 0
+        self.paused_since: float | None = None
+        self.counted = False  # in `guard.live`
+
+    # ---- connection --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.since = self.loop.time()
+        if not self.guard.admit(self):
+            self.transport = transport
+            self._linger(_REFUSED)
+            return
+        self.counted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.counted:
+            self.guard.live.discard(self)
+            self.counted = False
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        phase = self.phase
+        if phase == LINGER:
+            return  # refused: read and drop what the client still sends
+        if phase == IDLE:
+            self.phase = phase = HEAD
+            self.head_bytes = self.head_size = 0
+            if self.fresh:
+                self.fresh = False  # the first head is timed from the connection's opening
+            else:
+                self.since = self.loop.time()
+        elif phase == BODY:
+            self.since = self.loop.time()  # the body timeout is a gap between reads
+        if phase == HEAD:
+            self.head_bytes += len(data)
+        super().data_received(data)
+        if self.phase == HEAD and self.head_bytes > self.guard.limits.max_header_bytes:
+            self._too_large()
+
+    # ---- parser callbacks --------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.head_size = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self.head_size += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.head_size += len(name) + len(value) + 4
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self.head_size > self.guard.limits.max_header_bytes:
+            self._too_large()
+            return
+        self.phase = BODY
+        self.since = self.loop.time()
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self.phase == LINGER:
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self.phase == LINGER:
+            return
+        self.phase = APP
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        if self.phase == APP:
+            self.phase = IDLE
+        super().on_response_complete()
+
+    def pause_writing(self) -> None:
+        self.paused_since = self.loop.time()
+        super().pause_writing()
+
+    def resume_writing(self) -> None:
+        self.paused_since = None
+        super().resume_writing()
+
+    # ---- bounds ------------------------------------------------------------------------
+
+    def check(self, now: float) -> None:
+        """One sweep: enforce the timeouts of the connection's phase."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        lim = self.guard.limits
+        phase = self.phase
+        if phase == LINGER:
+            if now - self.since > LINGER_S:
+                self.transport.close()
+        elif phase == HEAD or (phase == IDLE and self.fresh):
+            if now - self.since > lim.header_timeout_s:
+                self.guard.timed_out["header"] += 1
+                if self.fresh:
+                    self.transport.close()  # never sent a byte: nothing to answer
+                else:
+                    msg = f"request head not received within {lim.header_timeout_s:g} s"
+                    self._refuse(408, msg)
+        elif phase == BODY:
+            if now - self.since > lim.body_timeout_s:
+                self.guard.timed_out["body"] += 1
+                self._refuse(408, f"no request body data for {lim.body_timeout_s:g} s")
+        elif (
+            phase == APP
+            and self.paused_since is not None
+            and now - self.paused_since > lim.send_timeout_s
+        ):
+            self.guard.timed_out["send"] += 1
+            self._abandon_cycle()
+            self.transport.close()
+
+    def drain(self) -> None:
+        """The gateway is shutting down (`Connections.drain`, uvicorn's `shutdown`)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        phase = self.phase
+        if phase == IDLE:
+            self.transport.close()
+        elif phase in (HEAD, BODY):
+            self._refuse(503, "the gateway is shutting down; retry against another one")
+        elif phase == APP and self.cycle is not None:
+            self.cycle.keep_alive = False  # close once this answer is sent
+
+    def shutdown(self) -> None:
+        self.drain()
+
+    def _too_large(self) -> None:
+        self.guard.too_large += 1
+        limit = self.guard.limits.max_header_bytes
+        self._refuse(431, f"request head exceeds the gateway limit of {limit} bytes")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer `status` unless a response already started, then close."""
+        started = self.cycle is not None and self.cycle.response_started
+        self._abandon_cycle()
+        if started:
+            self.transport.close()
+        else:
+            self._linger(_error_response(status, message))
+
+    def _abandon_cycle(self) -> None:
+        """The request in progress sees a disconnect (its receive() returns at once)."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+
+    def _linger(self, response: bytes) -> None:
+        """Write `response`, half-close, and drop the connection once the client goes or
+        `LINGER_S` passes (closing at once would reset it before the client reads)."""
+        self.phase = LINGER
+        self.since = self.loop.time()
+        transport = self.transport
+        transport.write(response)
+        if transport.can_write_eof():
+            transport.write_eof()
+        else:
+            transport.close()
+        if not self.counted:  # refused over the cap: not swept, so time it here
+            self.loop.call_later(LINGER_S, self._close_if_open)
+
+    def _close_if_open(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def protocol_for(connections: Connections) -> type[GuardedProtocol]:
+    """A protocol class bound to one gateway's `Connections` (uvicorn's `http=`)."""
+    return type("GatewayProtocol", (GuardedProtocol,), {"guard": connections})
