@@ -38,6 +38,9 @@ from inferplane.planner.placement import (
 )
 
 MAX_OPTIONS = 60_000  # larger models are left to greedy (the time limit would be all build)
+# When greedy already met every demand, the solver can only save GPUs: a smaller model size
+# where that is worth the solve time (measured: benchmarks/plan_scale.py).
+MAX_POLISH_OPTIONS = 5_000
 HELD_SCALE = 10  # held demand in percent: permille // 10
 
 
@@ -71,10 +74,14 @@ def solve(
     used_nodes = {node for c in greedy.choices.values() for node, _ in c.groups()}
     modelled = [s for s in slots if s.node in used_nodes] if perfect else slots
     classes = _classes(items)
-    options = _vars(classes, modelled)
-    if options is None:
+    # Greedy met every demand: only GPU counts can improve, and for those the smallest
+    # share that meets the demand dominates every larger one.
+    options = _vars(classes, modelled, meeting_only=perfect)
+    limit = MAX_POLISH_OPTIONS if perfect else MAX_OPTIONS
+    if options is None or len(options) > limit:
+        why = "greedy met every demand and " if perfect else ""
         greedy.notes.append(
-            f"solver skipped: more than {MAX_OPTIONS} placement options; greedy result kept"
+            f"solver skipped: {why}more than {limit} placement options; greedy result kept"
         )
         return None
     model = cp_model.CpModel()
@@ -163,7 +170,9 @@ def solve(
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_deterministic_time = max(0.1, time_limit_s)
-    solver.parameters.max_time_in_seconds = max(1.0, 4 * time_limit_s)  # backstop only
+    # Wall-clock backstop only, far above what the deterministic limit takes even on a
+    # saturated machine: hitting it would make the plan depend on load.
+    solver.parameters.max_time_in_seconds = 60.0 + 30 * time_limit_s
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
@@ -243,6 +252,18 @@ def solve_around_spanning(
     return solved
 
 
+def _shares(item: Item, gpu_type: str, meeting_only: bool) -> list[Option]:
+    options = item.options(gpu_type)
+    if not meeting_only:
+        return options
+    out: list[Option] = []
+    for shape in item.shapes[gpu_type]:
+        meeting = [o for o in options if o.shape is shape and shape.meets(o.units)]
+        if meeting:
+            out.append(min(meeting, key=lambda o: o.units))
+    return out
+
+
 def _classes(items: list[Item]) -> dict[str, list[Item]]:
     """Replicas of one model, in replica order (they are interchangeable)."""
     classes: dict[str, list[Item]] = defaultdict(list)
@@ -251,7 +272,9 @@ def _classes(items: list[Item]) -> dict[str, list[Item]]:
     return dict(classes)
 
 
-def _vars(classes: dict[str, list[Item]], slots: list[Slot]) -> list[_Var] | None:
+def _vars(
+    classes: dict[str, list[Item]], slots: list[Slot], *, meeting_only: bool = False
+) -> list[_Var] | None:
     per_node: dict[tuple[str, str], list[Slot]] = defaultdict(list)
     for slot in slots:
         per_node[(slot.node, slot.gpu_type)].append(slot)
@@ -262,7 +285,7 @@ def _vars(classes: dict[str, list[Item]], slots: list[Slot]) -> list[_Var] | Non
             if gpu_type not in item.shapes or (item.nodes is not None and node not in item.nodes):
                 continue
             total = node_slots[0].total_bytes
-            for option in item.options(gpu_type):
+            for option in _shares(item, gpu_type, meeting_only):
                 shape = option.shape
                 if shape.pipeline_parallel_size > 1:
                     continue  # spanning replicas are greedy's (solve_around_spanning)
