@@ -65,3 +65,10 @@ def test_sim_default_gpu_matches_the_simulator() -> None:
     from inferplane.engines.sim.config import DEFAULT_GPU as SIM_DEFAULT_GPU
 
     assert DEFAULT_GPU == SIM_DEFAULT_GPU
+
+
+def test_runtime_defaults_match_the_drain() -> None:
+    from inferplane.runtime.defaults import DEFAULT_GRACE_PERIOD_S
+    from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S as DRAIN_DEFAULT
+
+    assert DEFAULT_GRACE_PERIOD_S == DRAIN_DEFAULT

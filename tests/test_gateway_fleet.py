@@ -187,6 +187,7 @@ def test_cli_serves_a_fleet_with_one_endpoint(harness: Harness, tmp_path: Path) 
         [sys.executable, "-m", "inferplane", "gateway", "--fleet", str(path),
          "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"},
+        cwd=tmp_path,  # the default usage database is ./.inferplane/: not the repo's
     )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"

@@ -7,12 +7,12 @@ from pathlib import Path
 import typer
 
 from inferplane.cli.main import app
-from inferplane.runtime.state import DEFAULT_STATE_DIR
+from inferplane.cli.options import state_dir_option
 
 
 @app.command()
 def down(
-    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="The fleet's state directory."),
+    state_dir: Path | None = state_dir_option(),
     timeout_s: float = typer.Option(
         900.0, help="Give up waiting after this long (the fleet's grace period is 300 s)."
     ),
@@ -23,12 +23,13 @@ def down(
 
     from inferplane.cli.progress import FleetProgress
     from inferplane.runtime import control
+    from inferplane.runtime.registry import find_state_dir
 
     hint = "`inferplane down --force` cuts it short"
     progress = FleetProgress(Console(highlight=False), force_hint=hint)
     try:
         pid = control.stop_fleet(
-            control.resolve_state_dir(state_dir), timeout_s, force, progress.update
+            find_state_dir(state_dir), timeout_s, force, progress.update
         )
     finally:
         progress.close()

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from inferplane.cli.main import app
+from inferplane.cli.options import state_dir_option
 from inferplane.cli.tables import Col, fitted_table
 
 if TYPE_CHECKING:  # SQLAlchemy and Alembic load on use: `inferplane --help` stays fast
@@ -29,19 +30,39 @@ KEY_COLUMNS = (
 )  # fmt: skip
 DB_HELP = (
     "Database URL (default: $INFERPLANE_DATABASE_URL, the fleet's gateway.database_url, "
-    "else sqlite:///.inferplane/inferplane.db)."
+    "the running fleet's database, else sqlite:///.inferplane/inferplane.db)."
 )
 
 
-def resolve_db(db: str | None, fleet: Path | None) -> str:
-    from inferplane.store import database_url
+def resolve_db(db: str | None, fleet: Path | None, state_dir: Path | None = None) -> str:
+    """--db, $INFERPLANE_DATABASE_URL, the fleet file's gateway.database_url, then the
+    database of the running fleet (found like `inferplane status` finds it), else the
+    default SQLite file in ./.inferplane."""
+    import os
 
-    fleet_url = None
+    from inferplane.store import database_url
+    from inferplane.store.db import DATABASE_URL_ENV
+
+    if db or os.environ.get(DATABASE_URL_ENV):
+        return database_url(db)
     if fleet is not None:
         from inferplane.spec import load_fleet
 
         fleet_url = load_fleet(fleet).gateway.database_url
-    return database_url(db, fleet_url)
+        if fleet_url:
+            return database_url(None, fleet_url)
+    from inferplane.runtime.registry import find_state_dir
+
+    state = find_state_dir(state_dir)
+    try:  # written by `up` (mode 0600): also a --db given to it
+        recorded = (state.path / "database_url").read_text().strip()
+    except OSError:
+        recorded = ""
+    if recorded:
+        return database_url(recorded)
+    if (state.path / "inferplane.db").is_file():
+        return database_url(f"sqlite:///{state.path / 'inferplane.db'}")
+    return database_url()
 
 
 def with_store(url: str, work: Callable[[Store], Awaitable[T]]) -> T:
@@ -87,6 +108,7 @@ def create(
     expires_days: float | None = typer.Option(None, help="Expire after this many days."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    state_dir: Path | None = state_dir_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON; the secret is `key`."),
 ) -> None:
     """Create a key. The secret is printed once; only its hash is stored."""
@@ -94,7 +116,7 @@ def create(
 
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
     row, secret = with_store(
-        resolve_db(db, fleet),
+        resolve_db(db, fleet, state_dir),
         lambda s: create_key(
             s, name, team=team, models=model_list, rpm=rpm, tpm=tpm,
             max_concurrent=max_concurrent, budget_tokens=budget_tokens,
@@ -110,12 +132,14 @@ def list_(
     all_: bool = typer.Option(False, "--all", help="Include revoked keys."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    state_dir: Path | None = state_dir_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List keys (never their secrets)."""
     from inferplane.tenancy.keys import list_keys
 
-    rows = [r.as_dict() for r in with_store(resolve_db(db, fleet), lambda s: list_keys(s, all_))]
+    url = resolve_db(db, fleet, state_dir)
+    rows = [r.as_dict() for r in with_store(url, lambda s: list_keys(s, all_))]
     if as_json:
         typer.echo(json.dumps({"keys": rows}, indent=2))
         return
@@ -136,12 +160,13 @@ def revoke(
     key_id: str = typer.Argument(..., help="The key's id (key_...)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    state_dir: Path | None = state_dir_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Revoke a key; gateways refuse it within their refresh interval (2 s)."""
     from inferplane.tenancy.keys import revoke_key
 
-    row = with_store(resolve_db(db, fleet), lambda s: revoke_key(s, key_id))
+    row = with_store(resolve_db(db, fleet, state_dir), lambda s: revoke_key(s, key_id))
     _print_key(row.as_dict(), None, as_json)
 
 
@@ -150,10 +175,11 @@ def rotate(
     key_id: str = typer.Argument(..., help="The key's id (key_...)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    state_dir: Path | None = state_dir_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON; the secret is `key`."),
 ) -> None:
     """Give a key a new secret (same id, limits and usage); the old secret stops working."""
     from inferplane.tenancy.keys import rotate_key
 
-    row, secret = with_store(resolve_db(db, fleet), lambda s: rotate_key(s, key_id))
+    row, secret = with_store(resolve_db(db, fleet, state_dir), lambda s: rotate_key(s, key_id))
     _print_key(row.as_dict(), secret, as_json)

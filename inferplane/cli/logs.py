@@ -9,22 +9,26 @@ from pathlib import Path
 import typer
 
 from inferplane.cli.main import app
+from inferplane.cli.options import state_dir_option
 from inferplane.errors import InferplaneError
-from inferplane.runtime.state import DEFAULT_STATE_DIR
 
 
 @app.command()
 def logs(
-    instance: str = typer.Argument(..., help="Instance name (see `inferplane status`)."),
+    instance: str = typer.Argument(
+        ..., help="Instance name (see `inferplane status`), `gateway` (the gateway's log), "
+        "`gateway-access` (one JSON line per request) or `up` (the detached fleet's output).",
+    ),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Keep printing new lines, across log rotation."
     ),
     lines: int = typer.Option(50, "--lines", "-n", help="How many last lines to print first."),
-    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="The fleet's state directory."),
+    state_dir: Path | None = state_dir_option(),
 ) -> None:
-    """Print an instance's engine log (stdout+stderr); -f follows it like `tail -F`."""
+    """Print an instance's engine log (stdout+stderr), or the gateway's; -f follows it like
+    `tail -F`."""
     from inferplane.runtime import logs as logfile
-    from inferplane.runtime.control import resolve_state_dir
+    from inferplane.runtime.registry import find_state_dir
 
     if lines < 0:
         raise InferplaneError(
@@ -33,11 +37,14 @@ def logs(
             value=lines,
             fix="use 0 (only new lines with -f) or more",
         )
-    state = resolve_state_dir(state_dir)
-    path = state.log_dir / f"{instance}.log"
+    state = find_state_dir(state_dir)
+    path = state.up_log if instance == "up" else state.log_dir / f"{instance}.log"
     if "/" in instance or instance.startswith(".") or not path.is_file():
         data = state.read()
         names = sorted(i["name"] for i in (data or {}).get("instances", []))
+        names += [n for n in ("gateway", "gateway-access")
+                  if (state.log_dir / f"{n}.log").is_file()]  # fmt: skip
+        names += ["up"] if state.up_log.is_file() else []
         raise InferplaneError(
             f"no log for instance {instance!r}",
             field="INSTANCE",

@@ -7,14 +7,14 @@ from pathlib import Path
 import typer
 
 from inferplane.cli.main import app
+from inferplane.cli.options import state_dir_option
 from inferplane.errors import InferplaneError
-from inferplane.runtime.state import DEFAULT_STATE_DIR
 
 
 @app.command()
 def restart(
     instance: str = typer.Argument(..., help="Instance name (see `inferplane status`)."),
-    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="The fleet's state directory."),
+    state_dir: Path | None = state_dir_option(),
     wait: bool = typer.Option(True, help="Return once the instance is ready again."),
     timeout_s: float = typer.Option(
         600.0, help="With --wait: give up after this long (vLLM startups take minutes)."
@@ -23,7 +23,7 @@ def restart(
     """Stop routing to INSTANCE, stop its engine and start it again (through the running
     `inferplane up`'s supervisor)."""
     from inferplane.runtime.channel import call
-    from inferplane.runtime.control import resolve_state_dir
+    from inferplane.runtime.registry import find_state_dir
 
     if timeout_s <= 0:
         raise InferplaneError(
@@ -32,7 +32,7 @@ def restart(
             value=timeout_s,
             fix="e.g. --timeout-s 600",
         )
-    state = resolve_state_dir(state_dir)
+    state = find_state_dir(state_dir)
     request = {"op": "restart", "instance": instance, "wait_s": timeout_s if wait else None}
     reply = call(state, request, (timeout_s if wait else 0) + 15)
     if not reply.get("ok"):

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from inferplane.cli.keys import DB_HELP, resolve_db, with_store
 from inferplane.cli.main import app
+from inferplane.cli.options import state_dir_option
 from inferplane.errors import InferplaneError
 
 routes_app = typer.Typer(help="Weighted routes (canaries) and per-key overrides.",
@@ -42,13 +43,14 @@ def set_(
     key: str | None = typer.Option(None, "--key", help="Override for this key id only."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    state_dir: Path | None = state_dir_option(),
 ) -> None:
     """Set a route's weights, e.g. `routes set llama llama-v1=95 llama-v2=5` (a 5% canary).
     Running gateways apply it within their refresh interval (2 s)."""
     from inferplane.tenancy.routes import set_route
 
     parsed = parse_targets(targets or [])
-    with_store(resolve_db(db, fleet), lambda s: set_route(s, route, parsed, key))
+    with_store(resolve_db(db, fleet, state_dir), lambda s: set_route(s, route, parsed, key))
     total = sum(w for _, w in parsed)
     shares = ", ".join(f"{m} {100 * w / total:.1f}%" for m, w in parsed) or "deleted"
     typer.echo(f"{route}{f' (key {key})' if key else ''}: {shares}")
@@ -58,12 +60,13 @@ def set_(
 def show(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    state_dir: Path | None = state_dir_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show weighted routes and per-key overrides."""
     from inferplane.tenancy.routes import load_routes
 
-    table = with_store(resolve_db(db, fleet), load_routes)
+    table = with_store(resolve_db(db, fleet, state_dir), load_routes)
     rows = [
         {"route": name, "key_id": key_id, "target": t, "weight": w}
         for key_id, routes in [(None, table.weighted), *table.per_key.items()]

@@ -9,20 +9,20 @@ from typing import Any
 import typer
 
 from inferplane.cli.main import app
+from inferplane.cli.options import state_dir_option
 from inferplane.errors import InferplaneError
-from inferplane.runtime.state import DEFAULT_STATE_DIR
 
 
 @app.command()
 def status(
-    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="The fleet's state directory."),
+    state_dir: Path | None = state_dir_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (stable schema)."),
 ) -> None:
     """Show the fleet running from STATE_DIR (works from any shell)."""
     from inferplane.cli.up import print_status
-    from inferplane.runtime.control import resolve_state_dir
+    from inferplane.runtime.registry import find_state_dir
 
-    state = resolve_state_dir(state_dir)
+    state = find_state_dir(state_dir)
     data = state.read()
     if data is None:
         raise InferplaneError(

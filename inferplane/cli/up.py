@@ -12,11 +12,11 @@ import typer
 from rich.console import Console
 
 from inferplane.cli.main import app
+from inferplane.cli.options import STATE_DIR_ENV
 from inferplane.cli.progress import FleetProgress
 from inferplane.cli.tables import Col, fitted_table
 from inferplane.errors import InferplaneError
-from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S
-from inferplane.runtime.state import DEFAULT_STATE_DIR
+from inferplane.runtime.defaults import DEFAULT_GRACE_PERIOD_S
 
 console = Console()
 
@@ -91,7 +91,11 @@ def _count(value: float | None) -> str:
 def up(
     fleet: Path = typer.Argument(..., help="Fleet file (see docs/fleet-file.md)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background."),
-    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Pid file, state.json and logs."),
+    state_dir: Path | None = typer.Option(
+        None, envvar=STATE_DIR_ENV, show_default=False,
+        help="Pid file, state.json and logs (default: $INFERPLANE_STATE_DIR, else "
+        "./.inferplane). Other commands find a running fleet without it.",
+    ),
     grace_period_s: float = typer.Option(
         DEFAULT_GRACE_PERIOD_S, help="How long in-flight requests may finish on stop (P27)."
     ),
@@ -124,6 +128,7 @@ def up(
 ) -> None:
     """Start every engine instance of FLEET and the gateway; Ctrl-C drains and stops."""
     from inferplane.runtime import control
+    from inferplane.runtime.registry import up_state_dir
     from inferplane.runtime.runner import RuntimeOptions
     from inferplane.runtime.vllm_fleet import load_plan, startup_deadline_s
     from inferplane.spec import load_fleet
@@ -136,7 +141,7 @@ def up(
             "grace period cannot be negative", field="--grace-period-s",
             value=grace_period_s, fix="use 0 (stop at once) or more seconds",
         )
-    state = control.resolve_state_dir(state_dir)
+    state = up_state_dir(state_dir)
     if detach:
         other = state.running_pid()
         if other is not None:
@@ -174,7 +179,8 @@ def up(
         print_status(status)
         say(
             console, f"running in the background (pid {pid}); stop with `inferplane down"
-            + ("" if state_dir == DEFAULT_STATE_DIR else f" --state-dir {state_dir}") + "`",
+            + ("" if state_dir is None else f" --state-dir {state_dir}") + "`; `inferplane "
+            "status`, `logs`, `keys` and `usage` find it from any shell",
         )
         return
     options = RuntimeOptions(

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from inferplane.cli.keys import DB_HELP, resolve_db, with_store
 from inferplane.cli.main import app
+from inferplane.cli.options import state_dir_option
 from inferplane.cli.tables import Col, fitted_table
 from inferplane.errors import InferplaneError
 
@@ -43,6 +44,7 @@ def usage(
     since: str | None = typer.Option(None, help="Only since: 24h, 7d, 2026-11-01, Unix time."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
+    state_dir: Path | None = state_dir_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
@@ -50,7 +52,7 @@ def usage(
     from inferplane.tenancy.ledger import usage_report
 
     start = parse_since(since, time.time())
-    rows = with_store(resolve_db(db, fleet), lambda s: usage_report(s, by, start))
+    rows = with_store(resolve_db(db, fleet, state_dir), lambda s: usage_report(s, by, start))
     if as_json:
         typer.echo(json.dumps({"by": by, "since": start, "rows": rows}, indent=2))
         return

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import logging.handlers
 import os
 import signal
 import socket
@@ -35,6 +37,7 @@ from inferplane.gateway.fleet import gateway_config_from_fleet
 from inferplane.gateway.server import uvicorn_config
 from inferplane.gpus.nvml import NvmlApi
 from inferplane.planner.plan import Plan
+from inferplane.runtime import registry
 from inferplane.runtime.channel import ControlServer
 from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S, DrainGate
 from inferplane.runtime.instances import Instance, plan_sim_instances
@@ -82,6 +85,41 @@ class RuntimeOptions:
     database_url: str | None = None  # --db; default: $INFERPLANE_DATABASE_URL, the fleet's
     # gateway.database_url, else sqlite in the state directory (STATE/inferplane.db)
     control: bool = True  # the control channel `inferplane restart` talks to
+
+
+_gateway_log = logging.getLogger("inferplane.gateway.runtime")
+
+
+def _open_gateway_log(path: Path) -> list[tuple[logging.Logger, logging.Handler]]:
+    """STATE/logs/gateway.log (`inferplane logs gateway`): inferplane's messages (INFO and
+    up) and uvicorn's, rotated like the engine logs (NAME.log.1, ...). Warnings still reach
+    stderr as before (Python's last-resort handler no longer applies once one is attached).
+    Call after `uvicorn.Config(...)`: its logging config replaces uvicorn's handlers."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.handlers.RotatingFileHandler(
+        path, maxBytes=50 * 1024 * 1024, backupCount=3, encoding="utf-8"
+    )
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    ours = logging.getLogger("inferplane")
+    attached: list[tuple[logging.Logger, logging.Handler]] = [
+        (ours, handler), (logging.getLogger("uvicorn"), handler)
+    ]
+    if not ours.handlers and not logging.getLogger().handlers:
+        stderr = logging.StreamHandler()
+        stderr.setLevel(logging.WARNING)
+        attached.append((ours, stderr))
+    for logger, h in attached:
+        logger.addHandler(h)
+    if ours.level == logging.NOTSET:
+        ours.setLevel(logging.INFO)
+    return attached
+
+
+def _close_gateway_log(attached: list[tuple[logging.Logger, logging.Handler]]) -> None:
+    for logger, handler in attached:
+        logger.removeHandler(handler)
+        handler.close()
 
 
 class _GatewayServer(uvicorn.Server):
@@ -165,12 +203,14 @@ class Runtime:
         self._stop_requested = asyncio.Event()
         self._forced = False
         self.control: ControlServer | None = None
+        self._gateway_log: list[tuple[logging.Logger, logging.Handler]] | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
         """Claim the state dir, start the gateway, then every engine (returns at once)."""
         self.state_dir.claim()
+        registry.register(self.state_dir, os.getpid())
         try:
             raise_nofile_limit()  # P30: engines inherit it
             if self.plan is not None:
@@ -192,6 +232,8 @@ class Runtime:
             config = uvicorn_config(
                 self.gate, host, port, self.gateway.connections, timeout_graceful_shutdown=5
             )
+            # after uvicorn's logging config (it replaces the handlers of its loggers)
+            self._gateway_log = _open_gateway_log(self.state_dir.log_dir / "gateway.log")
             self._server = _GatewayServer(config)
             self._server_task = asyncio.get_running_loop().create_task(
                 self._server.serve(sockets=[sock])
@@ -206,10 +248,15 @@ class Runtime:
                 self.control = ControlServer(self)
                 await self.control.start()
             self._write_state()
+            self._write_database_url()
+            _gateway_log.info(
+                "gateway on %s (%d models, %d engine instances)", self.gateway_url,
+                len(self.backends) + len(self.fleet.endpoint_models), len(self.instances),
+            )
         except BaseException:
             if self.control is not None:
                 await self.control.stop()
-            self.state_dir.release()
+            self._release()
             raise
 
     async def wait_settled(self, timeout_s: float | None = None) -> bool:
@@ -279,8 +326,16 @@ class Runtime:
                 await self.tenancy.store.close()
         self.phase = "stopped"
         self._write_state()
-        self.state_dir.release()
+        _gateway_log.info("gateway stopped (drained: %s)", "yes" if finished else "no")
+        self._release()
         return finished
+
+    def _release(self) -> None:
+        registry.unregister(self.state_dir)
+        self.state_dir.release()
+        if self._gateway_log is not None:
+            _close_gateway_log(self._gateway_log)
+            self._gateway_log = None
 
     async def _wait_forced(self) -> None:
         while not self._forced:
@@ -327,6 +382,17 @@ class Runtime:
             "auth": t.auth_mode,
             "auth_required": t.auth_required,
         }
+
+    def _write_database_url(self) -> None:
+        """STATE/database_url (mode 0600): `keys` and `usage` from another shell open the
+        same database, also one given with --db (it may hold a password)."""
+        path = self.state_dir.path / "database_url"
+        if self.tenancy is None or self.tenancy.store is None:
+            path.unlink(missing_ok=True)
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self.tenancy.store.url + "\n")
 
     def _write_state(self) -> None:
         if self.state_dir.path.exists():
