@@ -159,7 +159,7 @@ models:
     assert "qwen3-32b does not fit" in err.message and "L40S" in err.message
     assert err.fix is not None
     assert "quantization: fp8 and kv_cache_dtype: fp8: then TP 1 on L40S fits" in err.fix
-    assert "a larger GPU" in err.fix and "2 L40S GPUs on one node (TP 2)" in err.fix
+    assert "a larger GPU" in err.fix and "2 L40S GPUs on one node (TP 2; node n1" in err.fix
 
 
 def test_a_too_long_context_suggests_the_longest_that_fits() -> None:

@@ -21,7 +21,7 @@ from inferplane.gpus.discovery import DiscoveredGpu
 from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
 from inferplane.models.profile import ModelProfile
-from inferplane.planner import explain
+from inferplane.planner import explain, fixes
 from inferplane.planner.colocation import CardShare, share_cards
 from inferplane.planner.estimate_types import MemoryEstimate, RankMemory
 from inferplane.planner.greedy import allowed_nodes, place_greedy
@@ -67,8 +67,11 @@ def plan_fleet(
     discovered: list[DiscoveredGpu] | None = None,
     profiles: Mapping[str, ModelProfile] | None = None,
     fleet_file: str = "",
+    check_fixes: bool = True,
 ) -> Plan:
-    """Place every replica of every model of `fleet` on its GPUs (see docs/plan.md)."""
+    """Place every replica of every model of `fleet` on its GPUs (see docs/plan.md).
+    `check_fixes`: plan again with each suggested fix of a refusal, printing only those
+    that plan (off inside that check)."""
     if not 0 < card_budget_fraction <= 1:
         raise InferplaneError(
             "must be in (0, 1]", field="card_budget_fraction", value=card_budget_fraction,
@@ -80,7 +83,7 @@ def plan_fleet(
         )
     slots, items, models, loaded = placement_problem(
         fleet, card_budget_fraction=card_budget_fraction, discovered=discovered,
-        profiles=profiles,
+        profiles=profiles, check_fixes=check_fixes,
     )
     placement = place_greedy(items, slots, policy)
     if time_limit_s > 0 and (policy == "binpack" or not _perfect(placement, items)):
@@ -90,7 +93,9 @@ def plan_fleet(
             solved.notes = [n for n in placement.notes if n.startswith("solver")]
             placement = solved
     if placement.unplaced:
-        raise explain.unplaced(placement, items, models, slots)
+        refusal = explain.unplaced(placement, items, models, slots, fleet)
+        raise refusal.error(_checked(fleet, refusal, policy, card_budget_fraction,
+                                     discovered, profiles, check_fixes))
     return _assemble(fleet, items, loaded, slots, placement, policy, card_budget_fraction,
                      fleet_file)
 
@@ -101,6 +106,7 @@ def placement_problem(
     card_budget_fraction: float = 0.95,
     discovered: list[DiscoveredGpu] | None = None,
     profiles: Mapping[str, ModelProfile] | None = None,
+    check_fixes: bool = False,
 ) -> tuple[list[Slot], list[Item], list[ModelSpec], dict[str, ModelProfile]]:
     """The GPUs, the sized replicas to place, the placed models and their profiles (the
     input of `place_greedy` and `solve`; benchmarks use it to compare placers)."""
@@ -123,10 +129,12 @@ def placement_problem(
             else:
                 shapes[gpu_type] = tuple(result)
         if not shapes:
-            raise explain.unsized(
-                model, loaded[model.name], failures, list(types.values()),
+            refusal = explain.unsized(
+                model, loaded[model.name], failures, list(types.values()), fleet,
                 version=version, budget_fraction=card_budget_fraction,
             )
+            raise refusal.error(_checked(fleet, refusal, "binpack", card_budget_fraction,
+                                         discovered, profiles, check_fixes))
         items += [
             Item(
                 id=f"{model.name}-{r}", model=model.name, replica=r, order=order,
@@ -137,6 +145,28 @@ def placement_problem(
             for r in range(model.replicas)
         ]
     return slots, items, models, loaded
+
+
+def _checked(
+    fleet: FleetSpec,
+    refusal: explain.Refusal,
+    policy: PlacementPolicy,
+    budget: float,
+    discovered: list[DiscoveredGpu] | None,
+    profiles: Mapping[str, ModelProfile] | None,
+    check: bool,
+) -> list[fixes.Fix]:
+    """The refusal's fixes that make the fleet plan (unchecked when `check` is off: the
+    caller is itself checking a fix and only needs to know that this fleet fails)."""
+    if not check:
+        return refusal.fixes
+
+    def plans(changed: FleetSpec) -> Plan:
+        return plan_fleet(changed, policy=policy, card_budget_fraction=budget,
+                          time_limit_s=fixes.CHECK_TIME_LIMIT_S, discovered=discovered,
+                          profiles=profiles, check_fixes=False)
+
+    return fixes.verified(fleet, refusal.fixes, plans)
 
 
 def _perfect(placement: Placement, items: list[Item]) -> bool:

@@ -1,23 +1,50 @@
 """When a fleet does not fit: which model, the best the planner got, and what would fit.
 
-Every suggestion is checked by sizing the model again with the change applied, so the
-numbers it quotes (a length, a TP size, a GPU) are ones the planner would accept.
+Each suggestion is a `Fix`: its text and the fleet change it describes. Candidates are
+found by sizing the model again with a change applied; the planner then plans the whole
+fleet with each one (`fixes.verified`) and prints only those that plan, so every number it
+quotes (a length, a TP size, GPUs to add on a named node) is one it accepts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
-from inferplane.errors import InferplaneError
 from inferplane.gpus import known_gpus
 from inferplane.models.profile import ModelProfile
 from inferplane.planner import overheads
 from inferplane.planner.estimate_types import EngineSettings
+from inferplane.planner.fixes import (
+    Fix,
+    PlanRefused,
+    with_model,
+    with_new_node,
+    with_node,
+    without_model,
+)
 from inferplane.planner.memory import AUTO_MAX_MODEL_LEN, estimate_memory
 from inferplane.planner.placement import Item, Placement, Slot
 from inferplane.planner.sizing import GpuType, Shape, SizingFailure, base_settings, size_model
-from inferplane.spec import ModelSpec
+from inferplane.spec import FleetSpec, ModelSpec
+from inferplane.spec.inventory import NodeSpec
+
+
+@dataclass
+class Refusal:
+    """What the planner could not do, and candidate fixes (checked before printing)."""
+
+    message: str
+    field: str
+    value: Any
+    fixes: list[Fix] = dataclasses.field(default_factory=list)
+    fallback: str = "use larger GPUs"
+
+    def error(self, verified: list[Fix]) -> PlanRefused:
+        return PlanRefused(self.message, field=self.field, value=self.value, fixes=verified,
+                           fallback=self.fallback)
 
 
 def unsized(
@@ -25,14 +52,16 @@ def unsized(
     profile: ModelProfile,
     failures: list[SizingFailure],
     types: list[GpuType],
+    fleet: FleetSpec,
     *,
     version: str,
     budget_fraction: float,
-) -> InferplaneError:
+) -> Refusal:
     """No GPU type of the inventory can hold one replica of `model`."""
     best = _best_failure(failures)
     allowed = [t for t in types if t.name in {f.gpu_type for f in failures}] or types
-    fixes = suggestions(model, profile, allowed, version=version, budget_fraction=budget_fraction)
+    fixes = suggestions(model, profile, allowed, fleet, version=version,
+                        budget_fraction=budget_fraction)
     got = f"best attempt: {best.gpu_type}"
     if best.best_tp is not None:
         got += f" at TP {best.best_tp}"
@@ -43,17 +72,19 @@ def unsized(
             f" ({best.best_estimate.weights_gib:.1f} GiB of weights per GPU of "
             f"{best.best_estimate.total_memory_gib:.1f} GiB)"
         )
-    return InferplaneError(
+    return Refusal(
         f"{model.name} does not fit any GPU of the inventory: {best.reason}; {got}",
-        field=f"models.{model.name}",
-        value=model.source,
-        fix="; or ".join(fixes) if fixes else "use larger GPUs",
+        field=f"models.{model.name}", value=model.source, fixes=fixes,
     )
 
 
 def unplaced(
-    placement: Placement, items: list[Item], models: list[ModelSpec], slots: list[Slot]
-) -> InferplaneError:
+    placement: Placement,
+    items: list[Item],
+    models: list[ModelSpec],
+    slots: list[Slot],
+    fleet: FleetSpec,
+) -> Refusal:
     """Every model fits a GPU alone, but not all replicas fit the inventory at once (P08)."""
     by_id = {i.id: i for i in items}
     missing = Counter(by_id[i].model for i in placement.unplaced)
@@ -64,29 +95,112 @@ def unplaced(
     shape = min((s for shapes in item.shapes.values() for s in shapes),
                 key=lambda s: (s.gpus, s.min_units, s.gpu_type))
     if shape.pipeline_parallel_size > 1:
-        return _unplaced_spanning(placement, by_id, model, placed, shape, slots)
-    free = _free_gpus(placement, slots, set(item.shapes))
-    need_gpus = shape.tensor_parallel_size * missing[name]
+        return _unplaced_spanning(placement, by_id, model, placed, shape, slots, fleet)
+    roomy = _gpus_with_room(placement, by_id, slots, shape, item)
+    tp = shape.tensor_parallel_size
+    why = ("its gpu_memory_utilization" if shape.fixed_utilization
+           else f"one {shape.max_model_len}-token request")
     message = (
         f"{name}: placed {placed} of {model.replicas} replicas; the rest do not fit next to "
-        f"the other models (P08). Each replica needs TP {shape.tensor_parallel_size} on one "
-        f"node of {', '.join(sorted(item.shapes))} with at least {shape.min_units / 100:.1f}% "
-        f"of each card; {free} such GPUs are still free"
+        f"the other models (P08). The smallest way to run one: TP {tp} on one node of "
+        f"{shape.gpu_type} at {shape.min_units / 100:.1f}% of each card ({why}) plus its "
+        f"CUDA context; after placing the others, {roomy} {shape.gpu_type} GPU(s) it may "
+        "use have that much room"
     )
     if item.exclusive:
         message += " (exclusive: it needs GPUs nothing else uses)"
     if item.colocate_with:
         message += f" (it must share a GPU with {', '.join(item.colocate_with)})"
-    fixes = [f"replicas: {placed} for {name}" if placed else f"remove {name}"]
-    fixes.append(
-        f"add {need_gpus} {shape.gpu_type} GPUs"
-        + (f" ({shape.tensor_parallel_size} per node)" if shape.tensor_parallel_size > 1 else "")
-    )
-    if item.colocate_with:
-        fixes.append(f"more replicas of {', '.join(item.colocate_with)} to share cards with")
-    return InferplaneError(
-        message, field=f"models.{name}.replicas", value=model.replicas, fix="; or ".join(fixes)
-    )
+    fixes = [Fix(f"replicas: {placed} for {name}", with_model(name, replicas=placed))
+             if placed else Fix(f"remove {name}", without_model(name))]
+    fixes += _pin_fixes(model)
+    fixes += [Fix(f"drop placement.exclusive of {m.name}",
+                  with_model(m.name, placement={"exclusive": False}))
+              for m in models if m.placement.exclusive and m.name != name]
+    if isinstance(model.max_model_len, int) and model.max_model_len > 2048:
+        half = model.max_model_len // 2
+        fixes.append(Fix(f"max_model_len: {half} for {name}", with_model(name, max_model_len=half)))
+    if isinstance(model.tensor_parallel_size, int):
+        fixes.append(Fix(f"tensor_parallel_size: auto for {name}",
+                         with_model(name, tensor_parallel_size="auto")))
+    need = tp * missing[name]
+    fixes += _more_gpus(fleet, shape.gpu_type, need, tp, model)
+    for partner in item.colocate_with:
+        spec = next((m for m in models if m.name == partner), None)
+        if spec is not None:
+            fixes.append(Fix(f"replicas: {spec.replicas + missing[name]} for {partner} "
+                             f"(more cards to share with)",
+                             with_model(partner, replicas=spec.replicas + missing[name])))
+    return Refusal(message, field=f"models.{name}.replicas", value=model.replicas, fixes=fixes,
+                   fallback=f"more {shape.gpu_type} GPUs, or fewer models")
+
+
+def _pin_fixes(model: ModelSpec) -> list[Fix]:
+    hints = model.placement
+    out: list[Fix] = []
+    if hints.node is not None:
+        out.append(Fix(f"drop placement.node of {model.name}",
+                       with_model(model.name, placement={"node": None})))
+    if hints.gpu_type is not None:
+        out.append(Fix(f"drop placement.gpu_type of {model.name}",
+                       with_model(model.name, placement={"gpu_type": None})))
+    if hints.exclusive:
+        out.append(Fix(f"drop placement.exclusive of {model.name}",
+                       with_model(model.name, placement={"exclusive": False})))
+    if hints.colocate_with:
+        out.append(Fix(f"drop placement.colocate_with of {model.name}",
+                       with_model(model.name, placement={"colocate_with": []})))
+    return out
+
+
+def _more_gpus(
+    fleet: FleetSpec, gpu_type: str, need: int, tp: int, model: ModelSpec
+) -> list[Fix]:
+    """Add `need` GPUs of `gpu_type` to each node of that type it may use, or a new node."""
+    if fleet.gpus is None:
+        return []
+    out: list[Fix] = []
+    for node in fleet.gpus.nodes:
+        if node.gpu_type != gpu_type:
+            continue
+        if model.placement.node is not None and node.name != model.placement.node:
+            continue
+        out.append(Fix(f"add {need} {gpu_type} GPU(s) to node {node.name} "
+                       f"(count: {node.count + need})",
+                       with_node(node.name, count=node.count + need)))
+    if model.placement.node is None:
+        name = f"new-{gpu_type.lower()}-node"
+        out.append(Fix(f"a new node {name} with {max(need, tp)} {gpu_type} GPU(s)",
+                       with_new_node(NodeSpec(name=name, gpu_type=gpu_type,
+                                              count=max(need, tp)))))
+    return out
+
+
+def _gpus_with_room(
+    placement: Placement, items: dict[str, Item], slots: list[Slot], shape: Shape, item: Item
+) -> int:
+    """GPUs the item may use (type, allowed node, exclusivity, no replica of its model)
+    whose unallocated budget holds its minimum share."""
+    used: Counter[tuple[str, int]] = Counter()
+    holders: dict[tuple[str, int], list[Item]] = {s.key: [] for s in slots}
+    for item_id, choice in placement.choices.items():
+        placed = items[item_id]
+        taken = placed.shape(choice.gpu_type, choice.tp)
+        for slot in slots:
+            if slot.key in choice.gpus():
+                used[slot.key] += choice.units + taken.outside_units_for(slot.total_bytes)
+                holders[slot.key].append(placed)
+
+    def usable(slot: Slot) -> bool:
+        here = holders[slot.key]
+        if slot.gpu_type != shape.gpu_type or (item.nodes and slot.node not in item.nodes):
+            return False
+        if here and (item.exclusive or any(o.exclusive or o.model == item.model for o in here)):
+            return False
+        need = shape.min_units + shape.outside_units_for(slot.total_bytes)
+        return slot.capacity_units - used[slot.key] >= need
+
+    return sum(1 for s in slots if usable(s))
 
 
 def _unplaced_spanning(
@@ -96,7 +210,8 @@ def _unplaced_spanning(
     placed: int,
     shape: Shape,
     slots: list[Slot],
-) -> InferplaneError:
+    fleet: FleetSpec,
+) -> Refusal:
     """A replica that spans nodes needs `pp` nodes, each with TP GPUs nothing else uses."""
     pp, tp, gpu = shape.pipeline_parallel_size, shape.tensor_parallel_size, shape.gpu_type
     missing = sum(1 for i in placement.unplaced if by_id[i].model == model.name)
@@ -108,14 +223,18 @@ def _unplaced_spanning(
         f"replica that spans nodes hold nothing else); {nodes} node(s) have them"
     )
     short = max(1, missing * pp - nodes)
-    fixes = [f"replicas: {placed} for {model.name}" if placed else f"remove {model.name}"]
-    fixes.append(f"add {short} {gpu} node(s) with {tp} GPU(s) each")
-    if model.pipeline_parallel_size == "auto":
-        fixes.append("larger nodes, so one node holds a replica")
-    return InferplaneError(
-        message, field=f"models.{model.name}.replicas", value=model.replicas,
-        fix="; or ".join(fixes),
-    )
+    fixes = [Fix(f"replicas: {placed} for {model.name}", with_model(model.name, replicas=placed))
+             if placed else Fix(f"remove {model.name}", without_model(model.name))]
+
+    def add_nodes(fleet: FleetSpec) -> FleetSpec:
+        for k in range(short):
+            fleet = with_new_node(NodeSpec(name=f"new-{gpu.lower()}-node-{k + 1}",
+                                           gpu_type=gpu, count=tp))(fleet)
+        return fleet
+
+    fixes.append(Fix(f"add {short} {gpu} node(s) with {tp} GPU(s) each", add_nodes))
+    return Refusal(message, field=f"models.{model.name}.replicas", value=model.replicas,
+                   fixes=fixes, fallback="larger nodes, so one node holds a replica")
 
 
 def _nodes_with_free(placement: Placement, slots: list[Slot], gpu: str, tp: int) -> int:
@@ -128,12 +247,15 @@ def suggestions(
     model: ModelSpec,
     profile: ModelProfile,
     types: list[GpuType],
+    fleet: FleetSpec,
     *,
     version: str,
     budget_fraction: float,
-) -> list[str]:
-    """Changes that make one replica fit, each verified by sizing again."""
-    out: list[str] = []
+) -> list[Fix]:
+    """Changes that make one replica fit, each found by sizing again (and then checked by
+    planning the fleet with it)."""
+    name = model.name
+    out: list[Fix] = []
     base = base_settings(model, version)
     biggest = max(types, key=lambda t: (t.total_bytes, t.name))
     length = _longest_length(profile, base, biggest, budget_fraction)
@@ -142,38 +264,48 @@ def suggestions(
             break
         if _try(model, profile, [biggest], replace(base, max_model_len=length), version,
                 budget_fraction) is not None:
-            out.append(
-                f"max_model_len: {length} (the longest one request fits on {biggest.name})"
-            )
+            out.append(Fix(
+                f"max_model_len: {length} (the longest one request fits on {biggest.name})",
+                with_model(name, max_model_len=length),
+            ))
             break
         length = int(length * 0.95) // 16 * 16
-    changes: list[tuple[str, EngineSettings]] = []
+    changes: list[tuple[str, EngineSettings, dict[str, object]]] = []
     if model.kv_cache_dtype == "auto":
         changes.append(("kv_cache_dtype: fp8 (halves the KV cache)",
-                        replace(base, kv_cache_dtype="fp8")))
+                        replace(base, kv_cache_dtype="fp8"), {"kv_cache_dtype": "fp8"}))
     if profile.quantization is None and model.quantization is None:
         changes.append(("quantization: fp8 (halves the weights)",
-                        replace(base, quantization="fp8")))
+                        replace(base, quantization="fp8"), {"quantization": "fp8"}))
         if model.kv_cache_dtype == "auto":
             changes.append(("quantization: fp8 and kv_cache_dtype: fp8",
-                            replace(base, quantization="fp8", kv_cache_dtype="fp8")))
-    for label, settings in changes:
+                            replace(base, quantization="fp8", kv_cache_dtype="fp8"),
+                            {"quantization": "fp8", "kv_cache_dtype": "fp8"}))
+    for label, settings, fields in changes:
         shape = _try(model, profile, types, settings, version, budget_fraction)
         if shape is not None:
-            out.append(f"{label}: then TP {shape.tensor_parallel_size} on {shape.gpu_type} fits")
+            out.append(Fix(f"{label}: then TP {shape.tensor_parallel_size} on {shape.gpu_type} "
+                           "fits", with_model(name, **fields)))
     out += _pipeline_suggestions(model, profile, types, base, version, budget_fraction)
-    if biggest.max_gpus_per_node < 8 and model.tensor_parallel_size == "auto":
+    node = _largest_node(fleet, biggest.name)
+    if biggest.max_gpus_per_node < 8 and model.tensor_parallel_size == "auto" and node:
         wider = replace(biggest, max_gpus_per_node=8)
         result = size_model(model, profile, wider, version=version, budget_fraction=budget_fraction)
         if isinstance(result, Shape):
-            out.append(
-                f"{result.tensor_parallel_size} {biggest.name} GPUs on one node "
-                f"(TP {result.tensor_parallel_size})"
-            )
+            tp = result.tensor_parallel_size
+            out.append(Fix(f"{tp} {biggest.name} GPUs on one node (TP {tp}; node {node} "
+                           f"has {biggest.max_gpus_per_node})", with_node(node, count=tp)))
     larger = _larger_gpu(model, profile, biggest, version, budget_fraction)
-    if larger:
+    if larger and fleet.gpus is not None:
         out.append(larger)
     return out
+
+
+def _largest_node(fleet: FleetSpec, gpu_type: str) -> str | None:
+    if fleet.gpus is None:
+        return None
+    nodes = [n for n in fleet.gpus.nodes if n.gpu_type == gpu_type]
+    return max(nodes, key=lambda n: n.count).name if nodes else None
 
 
 def _pipeline_suggestions(
@@ -183,7 +315,7 @@ def _pipeline_suggestions(
     base: EngineSettings,
     version: str,
     budget_fraction: float,
-) -> list[str]:
+) -> list[Fix]:
     """Spanning nodes (pipeline stages), when the model is kept on one node and the
     inventory has several nodes of a type: the fewest stages that fit."""
     if model.pipeline_parallel_size != 1 or model.placement.node is not None:
@@ -196,11 +328,12 @@ def _pipeline_suggestions(
         shape = _try(model, profile, eligible, replace(base, pipeline_parallel_size=pp),
                      version, budget_fraction)
         if shape is not None:
-            return [
+            return [Fix(
                 f"pipeline_parallel_size: {pp} (or auto): then TP {shape.tensor_parallel_size} "
                 f"on each of {pp} {shape.gpu_type} nodes fits (a replica that spans nodes; "
-                "deploy it with `inferplane render --target k8s|systemd`)"
-            ]
+                "deploy it with `inferplane render --target k8s|systemd`)",
+                with_model(model.name, pipeline_parallel_size=pp),
+            )]
     return []
 
 
@@ -221,17 +354,26 @@ def _try(
 
 
 def _larger_gpu(
-    model: ModelSpec, profile: ModelProfile, current: GpuType, version: str, budget: float
-) -> str | None:
+    model: ModelSpec, profile: ModelProfile, current: GpuType, version: str, budget: float,
+) -> Fix | None:
+    """The smallest catalog GPU clearly larger than the inventory's largest that holds one
+    replica; the fix swaps the nodes of that type for it."""
     for spec in sorted(known_gpus(), key=lambda g: (g.total_memory_bytes, g.name)):
         if spec.total_memory_bytes < 1.15 * current.total_bytes:
             continue
         gpu = GpuType(spec.name, spec.total_memory_bytes, spec, current.max_gpus_per_node)
         result = size_model(model, profile, gpu, version=version, budget_fraction=budget)
         if isinstance(result, Shape):
-            return (
+            def swap(fleet: FleetSpec, name: str = spec.name) -> FleetSpec:
+                assert fleet.gpus is not None
+                for node in fleet.gpus.nodes:
+                    if node.gpu_type == current.name:
+                        fleet = with_node(node.name, gpu_type=name)(fleet)
+                return fleet
+
+            return Fix(
                 f"a larger GPU: {spec.name} ({spec.total_memory_gib:.0f} GiB) fits it at TP "
-                f"{result.tensor_parallel_size}"
+                f"{result.tensor_parallel_size}", swap,
             )
     return None
 
@@ -258,8 +400,3 @@ def _best_failure(failures: list[SizingFailure]) -> SizingFailure:
             else float("-inf")
 
     return max(failures, key=key)
-
-
-def _free_gpus(placement: Placement, slots: list[Slot], types: set[str]) -> int:
-    used = {key for c in placement.choices.values() for key in c.gpus()}
-    return sum(1 for s in slots if s.gpu_type in types and s.key not in used)
