@@ -43,8 +43,10 @@ def render(
                                             help="Render an Ingress for this host."),
     disk_read_mib_s: float = typer.Option(
         200.0, "--disk-read-mib-s", help="Model store read speed, for startup budgets (P24)."),
-    gateway_image: str | None = typer.Option(None, "--gateway-image",
-                                             help="Image with inferplane installed."),
+    gateway_image: str | None = typer.Option(
+        None, "--gateway-image", help="Image with inferplane installed (default: the fleet's "
+        "gateway.image, else what the repository's Dockerfile builds, "
+        "ghcr.io/inferplane/inferplane:VERSION)."),
     weights: str = typer.Option(
         "none", "--weights",
         help="Model weights (P35): none (hostPath/HF cache) | pvc (ReadOnlyMany PVC per "
@@ -71,11 +73,17 @@ def render(
         versions = tuple(sorted({*DEFAULT_K8S_VERSIONS, k8s_version},
                                 key=lambda v: k8s_minor(v)))
         problems = check_dir(check, versions)
+        from inferplane.deploy.images import image_warnings
+
+        warnings = image_warnings(check)  # reported, but the directory stays valid
         if as_json:
             typer.echo(json.dumps({"dir": str(check), "valid": not problems,
                                    "versions": list(versions),
-                                   "problems": [p.render() for p in problems]}))
+                                   "problems": [p.render() for p in problems],
+                                   "warnings": warnings}))
         else:
+            for warning in warnings:
+                typer.echo(f"warning: {warning}", err=True)
             for problem in problems:
                 typer.echo(problem.render())
             state = "invalid" if problems else "ok"
@@ -126,8 +134,9 @@ def render(
         weights=weights_mode, weights_storage_class=weights_storage_class,
         gang=gang_mode, gang_queue=gang_queue,
     )
-    if gateway_image:
-        options = replace(options, gateway_image=gateway_image)
+    image = gateway_image or spec.gateway.image  # the flag, the fleet file, the default
+    if image:
+        options = replace(options, gateway_image=image)
     written = do_render(spec, the_plan, target, out, options=options)
     if as_json:
         typer.echo(json.dumps({"target": target, "out": str(out),

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from inferplane import __version__
+from inferplane.deploy.images import PROJECT_IMAGE
 from inferplane.errors import InferplaneError
 from inferplane.planner.vllm_versions import parse_version
 
@@ -53,7 +53,7 @@ class RenderOptions:
     nofile: int = 65536  # P30
     autoscaler: Autoscaler = "keda"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
-    gateway_image: str = f"ghcr.io/inferplane/inferplane:{__version__}"
+    gateway_image: str = PROJECT_IMAGE  # what the repository's Dockerfile builds
     gateway_replicas: int = 2
     ingress_host: str | None = None
     ingress_class: str = "nginx"

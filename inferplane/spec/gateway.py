@@ -50,3 +50,6 @@ class GatewaySpec(SpecModel):
     # A request with this header set to "batch" queues behind interactive traffic.
     priority_header: StrictStr = Field(default="X-Priority", min_length=1)
     access_log_path: StrictStr | None = Field(default=None, min_length=1)  # None: stderr
+    # The gateway's container image for `inferplane render` (--gateway-image overrides it);
+    # default: what this checkout's Dockerfile builds (docs/deploy.md).
+    image: StrictStr | None = Field(default=None, min_length=1)
