@@ -2,7 +2,9 @@
 
 `DrainGate` wraps the gateway's ASGI app. It counts requests in flight; once `close()` is
 called every new API request gets 503 with `Retry-After` (probes such as `/health` and
-`/metrics` still answer), while requests already admitted run to completion.
+`/metrics` still answer), while requests already admitted run to completion. API requests
+are everything under `/v1/` and every model-addressed path outside it (`/tokenize`,
+`/pooling`, `/rerank`, ...: the gateway's `MODEL_PATHS`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
+
+from inferplane.gateway.app import MODEL_PATHS
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,7 +37,9 @@ class DrainGate:
         self._idle.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not (
+            scope["path"].startswith("/v1/") or scope["path"] in MODEL_PATHS
+        ):
             await self.app(scope, receive, send)
             return
         if self.draining and scope["method"] == "POST":

@@ -194,8 +194,9 @@ class Runtime:
             self.backends.setdefault(inst.model, []).append(backend)
             self._by_instance[inst.name] = backend
         self.supervisor = Supervisor(
-            self.instances, self.state_dir.log_dir, options.settings, self._on_change, prepare
-        )
+            self.instances, self.state_dir.log_dir, options.settings, self._on_change, prepare,
+            drain_instance=self._drain_instance,
+        )  # fmt: skip
         self.gateway_url = ""
         self._server: _GatewayServer | None = None
         self._server_task: asyncio.Task[None] | None = None
@@ -336,6 +337,15 @@ class Runtime:
         if self._gateway_log is not None:
             _close_gateway_log(self._gateway_log)
             self._gateway_log = None
+
+    async def _drain_instance(self, rec: Supervised) -> None:
+        """Before a manual restart: the gateway no longer routes to the instance (it left
+        `ready`); wait until its requests in flight finish, up to the grace period."""
+        backend = self._by_instance[rec.instance.name]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.grace_period_s
+        while backend.outstanding > 0 and loop.time() < deadline and not self._forced:
+            await asyncio.sleep(0.05)
 
     async def _wait_forced(self) -> None:
         while not self._forced:

@@ -7,6 +7,16 @@ gateway stops routing to it), `failure_threshold` consecutive failures restart i
 process is restarted. Restarts back off exponentially; more than `crash_loop_limit`
 restarts within `crash_loop_window_s` mark the instance `failed` and stop trying.
 
+Supervision itself never dies: an exception anywhere in a health check, a start or a state
+callback is logged, counted (`supervisor_errors`) and retried with backoff, and a check the
+supervisor could not make (no file descriptors left, P30) is not an engine failure: the
+record says `check_error` until a probe answers again, and `checked_at` says when one last
+did, so `status` shows that it cannot check instead of a stale `ready`.
+
+A manual restart drains first (`drain_instance`, as `down` does): the instance leaves
+`ready` (the gateway stops routing to it) and is stopped once its requests in flight are
+done or the drain hook gives up.
+
 Start order (vLLM sizes its memory from whole-device deltas, so concurrent starts on one
 card mis-size each other): an instance waits until every instance in its `start_after` is
 ready (or failed for good); instances on a common GPU hold that GPU from spawn until ready,
@@ -20,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -34,6 +46,29 @@ from inferplane.runtime.instances import Instance
 from inferplane.runtime.process import EngineProcess, RotatingLog, spawn
 
 InstanceState = Literal["starting", "ready", "unhealthy", "restarting", "stopped", "failed"]
+
+log = logging.getLogger("inferplane.runtime.supervisor")
+
+# Errors that mean this process could not make the check, not that the engine failed it.
+_LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+class CannotCheck(Exception):
+    """The supervisor could not run a probe (e.g. out of file descriptors)."""
+
+
+def _local_exhaustion(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _LOCAL_EXHAUSTION:
+            return True
+        stack += [e.__cause__, e.__context__, getattr(e, "os_error", None)]
+    return False
 
 
 @dataclass(frozen=True)
@@ -62,6 +97,9 @@ class Supervised:
     last_error: str | None = None
     process: EngineProcess | None = None
     restart_times: deque[float] = field(default_factory=deque)
+    checked_at: float | None = None  # time.time() of the last probe that got an answer
+    check_error: str | None = None  # why the supervisor cannot check now (None: it can)
+    supervisor_errors: int = 0  # exceptions supervision survived
 
     def to_json(self) -> dict[str, object]:
         inst = self.instance
@@ -79,11 +117,15 @@ class Supervised:
             "restarts": self.restarts,
             "ready_since": self.ready_since,
             "last_error": self.last_error,
+            "checked_at": self.checked_at,
+            "check_error": self.check_error,
+            "supervisor_errors": self.supervisor_errors,
         }
 
 
 OnChange = Callable[[Supervised], None]
 PrepareStart = Callable[[Instance], Instance]  # may raise InferplaneError to refuse
+DrainInstance = Callable[[Supervised], Awaitable[None]]  # until its requests are done
 
 
 async def probe_ready(
@@ -102,6 +144,8 @@ async def probe_ready(
     except TimeoutError:
         return f"no answer within {timeout_s:g} s"
     except (aiohttp.ClientError, OSError, ValueError) as exc:
+        if _local_exhaustion(exc):
+            raise CannotCheck(f"{type(exc).__name__}: {exc}") from exc
         return f"{type(exc).__name__}: {exc}"
     names = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
     if inst.served_name not in names:
@@ -121,6 +165,8 @@ async def probe_live(
     except TimeoutError:
         return f"/health did not answer within {timeout_s:g} s (hung)"
     except (aiohttp.ClientError, OSError) as exc:
+        if _local_exhaustion(exc):
+            raise CannotCheck(f"{type(exc).__name__}: {exc}") from exc
         return f"{type(exc).__name__}: {exc}"
 
 
@@ -134,9 +180,11 @@ class Supervisor:
         settings: SupervisorSettings = SupervisorSettings(),
         on_change: OnChange | None = None,
         prepare: PrepareStart | None = None,
+        drain_instance: DrainInstance | None = None,
     ) -> None:
         self.settings = settings
         self._prepare = prepare
+        self.drain_instance = drain_instance  # before a manual restart stops the process
         self._gpu_locks: dict[str, asyncio.Lock] = {}
         self._start_slots: asyncio.Semaphore | None = None
         self.log_dir = log_dir
@@ -213,7 +261,16 @@ class Supervisor:
     def _notify(self, rec: Supervised) -> None:
         self._changed.set()
         if self._on_change is not None:
-            self._on_change(rec)
+            try:
+                self._on_change(rec)
+            except Exception as exc:  # e.g. the state file cannot be written (EMFILE)
+                self._survived(rec, "state callback", exc)
+
+    def _survived(self, rec: Supervised, where: str, exc: BaseException) -> None:
+        """Count and log an exception supervision goes on after."""
+        rec.supervisor_errors += 1
+        rec.check_error = f"{where}: {type(exc).__name__}: {exc}"
+        log.warning("%s: supervision survived %s", rec.instance.name, rec.check_error)
 
     def _set(self, rec: Supervised, state: InstanceState, error: str | None = None) -> None:
         if error is not None:
@@ -238,35 +295,60 @@ class Supervisor:
         return self._logs[name]
 
     async def _run(self, rec: Supervised) -> None:
+        """Supervise one instance until it fails for good; survives any exception."""
+        s = self.settings
+        delay = s.backoff_initial_s
+        while True:
+            try:
+                if await self._cycle(rec):
+                    return
+                delay = s.backoff_initial_s
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._survived(rec, "supervisor", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, s.backoff_max_s)
+
+    async def _cycle(self, rec: Supervised) -> bool:
+        """Start (or go on watching) the instance until it must restart; True when it
+        failed for good (crash loop)."""
         s = self.settings
         loop = asyncio.get_running_loop()
-        while True:
-            self._kick[rec.instance.name].clear()
+        self._kick[rec.instance.name].clear()
+        proc = rec.process
+        if proc is not None and proc.returncode is None:
+            reason: str | None = await self._watch(rec, proc)  # after a survived exception
+        else:
             proc, reason = await self._start(rec)
             if reason is None and proc is not None:
                 self._set(rec, "ready")
                 reason = await self._watch(rec, proc)
-            reason = reason or "not started"
-            self._set(rec, "unhealthy", reason)
-            self._log(rec.instance.name).write(f"--- restarting: {reason}\n")
-            await self._stop_process(rec)
-            now = loop.time()
-            rec.restart_times.append(now)
-            while rec.restart_times and now - rec.restart_times[0] > s.crash_loop_window_s:
-                rec.restart_times.popleft()
-            if len(rec.restart_times) > s.crash_loop_limit:
-                self._set(
-                    rec,
-                    "failed",
-                    f"crash loop: {len(rec.restart_times)} restarts within "
-                    f"{s.crash_loop_window_s:g} s; last: {reason}",
-                )
-                return
-            rec.restarts += 1
-            self._set(rec, "restarting")
-            delay = min(s.backoff_initial_s * 2 ** (len(rec.restart_times) - 1), s.backoff_max_s)
-            await asyncio.sleep(delay)
-            self._set(rec, "starting")
+        reason = reason or "not started"
+        self._set(rec, "unhealthy", reason)
+        if reason == "restart requested" and self.drain_instance is not None:
+            self._log(rec.instance.name).write("--- draining before the restart\n")
+            await self.drain_instance(rec)  # the gateway stopped routing to it above
+        self._log(rec.instance.name).write(f"--- restarting: {reason}\n")
+        await self._stop_process(rec)
+        now = loop.time()
+        rec.restart_times.append(now)
+        while rec.restart_times and now - rec.restart_times[0] > s.crash_loop_window_s:
+            rec.restart_times.popleft()
+        if len(rec.restart_times) > s.crash_loop_limit:
+            self._set(
+                rec,
+                "failed",
+                f"crash loop: {len(rec.restart_times)} restarts within "
+                f"{s.crash_loop_window_s:g} s; last: {reason}",
+            )
+            return True
+        rec.restarts += 1
+        self._set(rec, "restarting")
+        delay = min(s.backoff_initial_s * 2 ** (len(rec.restart_times) - 1), s.backoff_max_s)
+        await asyncio.sleep(delay)
+        self._set(rec, "starting")
+        return False
 
     async def _wait_for_predecessors(self, rec: Supervised) -> None:
         """Until every instance in `start_after` is ready (or failed for good)."""
@@ -320,9 +402,15 @@ class Supervisor:
                 return f"exited with code {proc.returncode} while starting"
             if self._kick[rec.instance.name].is_set():
                 return "restart requested"
-            why = await probe_ready(self._session, rec.instance, s.probe_timeout_s) or ""
-            if not why:
-                return None
+            try:
+                why = await probe_ready(self._session, rec.instance, s.probe_timeout_s) or ""
+            except CannotCheck as exc:
+                self._survived(rec, "readiness check", exc)
+                why = f"cannot check: {exc}"
+            else:
+                rec.checked_at, rec.check_error = time.time(), None
+                if not why:
+                    return None
             await asyncio.sleep(interval)
             interval = min(interval * 1.5, s.probe_interval_s)
         return f"not ready within the startup deadline of {limit_s:g} s ({why})"
@@ -334,10 +422,11 @@ class Supervisor:
         exited = asyncio.ensure_future(proc.proc.wait())
         kicked = asyncio.ensure_future(self._kick[rec.instance.name].wait())
         failures = 0
+        interval = s.probe_interval_s  # grows while the supervisor cannot check
         try:
             while True:
                 done, _ = await asyncio.wait(
-                    {exited, kicked}, timeout=s.probe_interval_s,
+                    {exited, kicked}, timeout=interval,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if exited in done:
@@ -351,7 +440,14 @@ class Supervisor:
                 if not probe.done():
                     probe.cancel()
                     return f"exited with code {proc.returncode}"
-                why = probe.result()
+                try:
+                    why = probe.result()
+                except Exception as exc:  # CannotCheck, or anything a probe can raise
+                    self._survived(rec, "health check", exc)
+                    interval = min(interval * 2, s.backoff_max_s)
+                    continue
+                interval = s.probe_interval_s
+                rec.checked_at, rec.check_error = time.time(), None
                 if why is None:
                     if failures:
                         failures = 0

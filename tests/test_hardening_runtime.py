@@ -1,0 +1,155 @@
+"""Issue 19.4: supervision survives any exception in a health check and says when it cannot
+check; issue 19.8: every model-addressed path drains; issue 18.11: a restart drains first."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.runtime import supervisor as supervisor_module
+from inferplane.runtime.drain import DrainGate
+from inferplane.runtime.state import StateDir
+from inferplane.spec import load_fleet
+
+FLEET = """\
+engine: sim
+models:
+  - name: chat
+    source: Qwen/Qwen3-0.6B
+    max_model_len: 4096
+"""
+SETTINGS = SupervisorSettings(
+    probe_interval_s=0.1, probe_timeout_s=0.5, backoff_initial_s=0.05, backoff_max_s=0.2,
+    startup_deadline_s=60,
+)  # fmt: skip
+
+
+async def _runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Runtime:
+    monkeypatch.setattr(StateDir, "running_pid", lambda self: os.getpid())
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET)
+    rt = Runtime(
+        load_fleet(fleet),
+        RuntimeOptions(state_dir=tmp_path / "s", gateway_port=0, settings=SETTINGS,
+                       tenancy=False, control=False, grace_period_s=30),
+    )  # fmt: skip
+    await rt.start()
+    assert await rt.wait_settled(60)
+    return rt
+
+
+async def _until(condition, timeout_s: float = 10) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+async def test_supervision_survives_exceptions_in_health_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = await _runtime(tmp_path, monkeypatch)
+    try:
+        rec = rt.supervisor.records["chat-0"]
+        pid = rec.pid
+        real_probe = supervisor_module.probe_live
+        failing = {"on": True}
+
+        async def broken_probe(*args: object, **kwargs: object) -> str | None:
+            if failing["on"]:
+                raise OSError(errno.EMFILE, "Too many open files")
+            return await real_probe(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(supervisor_module, "probe_live", broken_probe)
+        await _until(lambda: rec.supervisor_errors >= 3)
+        assert rec.check_error is not None and "Too many open files" in rec.check_error
+        status = rt.status()["instances"][0]
+        assert status["check_error"] == rec.check_error  # status tells it cannot check
+        assert rec.state == "ready" and rec.pid == pid  # not an engine failure: no restart
+        task = rt.supervisor._tasks["chat-0"]
+        assert not task.done()
+
+        # A state callback that raises (the state file cannot be written) is survived too.
+        real_change = rt.supervisor._on_change
+
+        def broken_change(r: object) -> None:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        rt.supervisor._on_change = broken_change
+        failing["on"] = False  # probes answer again: ready, and the callback raises
+        checked = rec.checked_at
+        await _until(lambda: rec.checked_at is not None and rec.checked_at != checked)
+        rt.supervisor._on_change = real_change
+        await _until(lambda: rec.check_error is None)
+        assert not task.done() and rec.state == "ready" and rec.restarts == 0
+        async with httpx.AsyncClient(timeout=30) as client:
+            r = await client.post(rt.gateway_url + "/v1/chat/completions", json={
+                "model": "chat", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+            })  # fmt: skip
+        assert r.status_code == 200
+    finally:
+        await rt.drain_and_stop()
+
+
+async def test_restart_drains_in_flight_requests_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = await _runtime(tmp_path, monkeypatch)
+    try:
+        rec = rt.supervisor.records["chat-0"]
+        pid = rec.pid
+        body = {"model": "chat", "max_tokens": 300, "ignore_eos": True, "stream": True,
+                "messages": [{"role": "user", "content": "a long answer"}]}  # fmt: skip
+        async with httpx.AsyncClient(timeout=60) as client, client.stream(
+            "POST", rt.gateway_url + "/v1/chat/completions", json=body
+        ) as r:
+            assert r.status_code == 200
+            chunks = r.aiter_bytes()
+            first = await chunks.__anext__()
+            rt.supervisor.restart("chat-0")  # while the stream is in flight
+            rest = b"".join([c async for c in chunks])
+        stream = first + rest
+        assert b'"error"' not in stream  # not cut: the restart waited for it
+        assert stream.endswith(b"data: [DONE]\n\n")
+        await _until(lambda: rec.state == "ready" and rec.pid != pid, 60)
+        assert rec.restarts == 1
+    finally:
+        await rt.drain_and_stop()
+
+
+async def test_model_paths_outside_v1_drain() -> None:
+    seen: list[str] = []
+
+    async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        seen.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    gate = DrainGate(app)
+    gate.close()
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    for path in ("/tokenize", "/detokenize", "/pooling", "/classify", "/score", "/rerank",
+                 "/v1/chat/completions", "/v2/rerank"):  # fmt: skip
+        sent.clear()
+        await gate({"type": "http", "path": path, "method": "POST", "headers": []},
+                   receive, send)  # fmt: skip
+        assert sent[0]["status"] == 503, path
+    assert seen == []
+    for path in ("/health", "/metrics"):  # probes still answer while draining
+        await gate({"type": "http", "path": path, "method": "GET", "headers": []},
+                   receive, send)  # fmt: skip
+    assert seen == ["/health", "/metrics"]
