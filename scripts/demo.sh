@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 if [ ! -x .venv/bin/inferplane ]; then
   echo "--- first run: creating .venv and installing inferplane and its dependencies"
-  echo "    (pip install -e .: about 2 minutes; one line per package fetched)"
+  echo "    (pip install -e .: ~40 s from a wheel cache, a few minutes when downloading;"
+  echo "    one line per package fetched)"
   python3 -m venv .venv
   # pip's own output, cut to one line per package: silence for minutes reads as a hang.
   .venv/bin/pip install --disable-pip-version-check --progress-bar off -e . 2>&1 \
