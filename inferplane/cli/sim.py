@@ -100,6 +100,9 @@ def sim(
     max_num_seqs: int | None = typer.Option(None, help="Max running sequences per step."),
     max_num_batched_tokens: int | None = typer.Option(None, help="Token budget per step."),
     gpu_memory_utilization: float = typer.Option(0.9, help="Fraction of the card for vLLM."),
+    kv_cache_memory_bytes: int | None = typer.Option(
+        None, help="KV cache pool per GPU in bytes (vLLM's --kv-cache-memory-bytes)."
+    ),
     host: str = typer.Option("127.0.0.1", help="Address to bind."),
     port: int = typer.Option(8000, help="Port to bind."),
     load_time_s: float = typer.Option(0.0, help="Seconds /health answers 503 before ready."),
@@ -119,7 +122,8 @@ def sim(
             model=model, model_dir=model_dir, model_config=model_config, gpu=gpu,
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            gpu_memory_utilization=gpu_memory_utilization, host=host, port=port,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory_bytes=kv_cache_memory_bytes, host=host, port=port,
             faults=FaultConfig(
                 load_time_s=load_time_s, fail_rate=fail_rate,
                 crash_after_requests=crash_after_requests,

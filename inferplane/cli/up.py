@@ -136,6 +136,16 @@ def up(
     spec = load_fleet(fleet)
     startup_deadline_s(0, disk_bandwidth_mib_s)  # refuses a bandwidth that is not positive
     given_plan = load_plan(plan) if plan is not None else None
+    if given_plan is None and spec.gpus is not None and any(
+        m.replicas for m in spec.placed_models
+    ):
+        from inferplane.planner.build import plan_fleet
+
+        given_plan = plan_fleet(spec, fleet_file=str(fleet.resolve()))
+    if given_plan is not None:
+        from inferplane.cli.plan import print_plan
+
+        print_plan(given_plan, console)  # what is about to run, card by card
     if grace_period_s < 0:
         raise InferplaneError(
             "grace period cannot be negative", field="--grace-period-s",
@@ -156,8 +166,12 @@ def up(
         ]
         if gateway_port is not None:
             argv += ["--gateway-port", str(gateway_port)]
-        if plan is not None:
-            argv += ["--plan", str(plan.resolve())]
+        if given_plan is not None:  # the child runs exactly the plan printed above
+            from inferplane.deploy.yamlio import write_atomic
+
+            planned = state.path / "planned.json"
+            write_atomic(planned, given_plan.model_dump_json(indent=2) + "\n")
+            argv += ["--plan", str(planned)]
         if node is not None:
             argv += ["--node", node]
         if vllm_binary is not None:

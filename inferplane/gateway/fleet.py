@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from inferplane.gateway.config import (
     Admission,
     ConnectionLimits,
@@ -12,6 +14,7 @@ from inferplane.gateway.config import (
     WeightedRoute,
     WeightedTarget,
 )
+from inferplane.planner.plan import Plan
 from inferplane.spec import FleetSpec, ModelSpec
 from inferplane.spec.gateway import GatewayTimeouts
 
@@ -34,7 +37,14 @@ def _timeouts(model: ModelSpec, defaults: GatewayTimeouts) -> Timeouts:
     )
 
 
-def model_route(model: ModelSpec, defaults: GatewayTimeouts) -> ModelRoute:
+# Without a plan (endpoint models, unplanned simulated fleets): vLLM's long-standing default
+# max_num_seqs. With one, each replica's cap is what the plan starts its engine with.
+UNPLANNED_CONCURRENCY_PER_REPLICA = 256
+
+
+def model_route(
+    model: ModelSpec, defaults: GatewayTimeouts, planned_seqs: int | None = None
+) -> ModelRoute:
     cap = model.max_tokens_cap
     lane = model.routing.long_prompt
     return ModelRoute(
@@ -44,7 +54,9 @@ def model_route(model: ModelSpec, defaults: GatewayTimeouts) -> ModelRoute:
         aliases=tuple(model.aliases),
         scorers=POLICY_SCORERS[model.routing.policy],
         session_header=model.routing.session_header,
-        max_concurrency_per_replica=model.max_num_seqs or 256,
+        max_concurrency_per_replica=(
+            planned_seqs or model.max_num_seqs or UNPLANNED_CONCURRENCY_PER_REPLICA
+        ),
         max_tokens_cap=cap.limit if cap is not None else None,
         max_tokens_mode=cap.action if cap is not None else "clamp",
         long_prompt_lane=LongPromptLane(lane.threshold_tokens, lane.model)
@@ -60,12 +72,16 @@ def model_route(model: ModelSpec, defaults: GatewayTimeouts) -> ModelRoute:
     )
 
 
-def gateway_config_from_fleet(fleet: FleetSpec) -> GatewayConfig:
+def gateway_config_from_fleet(fleet: FleetSpec, plan: Plan | None = None) -> GatewayConfig:
     """Models with `endpoints:` get static backends; placed models start with none and
-    receive theirs from the runtime via `GatewayState.set_backends`."""
+    receive theirs from the runtime via `GatewayState.set_backends`. With the `plan`, each
+    model's per-replica concurrency cap is the max_num_seqs its engines start with."""
     gw = fleet.gateway
+    seqs: dict[str, int] = {}
+    for inst in plan.instances if plan is not None else []:
+        seqs[inst.model] = max(seqs.get(inst.model, 0), inst.max_num_seqs)
     return GatewayConfig(
-        models=tuple(model_route(m, gw.timeouts) for m in fleet.models),
+        models=tuple(model_route(m, gw.timeouts, seqs.get(m.name)) for m in fleet.models),
         routes=tuple(
             WeightedRoute(
                 r.model, tuple(WeightedTarget(b.target, float(b.weight)) for b in r.backends)
@@ -78,4 +94,5 @@ def gateway_config_from_fleet(fleet: FleetSpec) -> GatewayConfig:
         access_log_path=gw.access_log_path,
         priority_header=gw.priority_header,
         connections=ConnectionLimits(**gw.connections.model_dump()),
+        metrics_token=os.environ.get(gw.metrics_token_env) if gw.metrics_token_env else None,
     )

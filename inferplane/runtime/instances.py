@@ -1,8 +1,10 @@
 """Fleet -> the engine instances `inferplane up` runs on this host (one process each, P23).
 
-`engine: sim` fleets are turned into instances here; `engine: vllm` fleets come from a
-plan (`inferplane.runtime.vllm_fleet`). Endpoint-only models get no instance; the gateway
-routes to their URLs directly.
+`engine: sim` fleets are turned into instances here - from the plan when the fleet lists
+its GPUs (each simulated engine then gets the plan's GPU type, TP, utilization, KV pool,
+max_num_seqs and batch budget, so it queues and preempts where the planned vLLM would) -
+and `engine: vllm` fleets come from a plan (`inferplane.runtime.vllm_fleet`). Endpoint-only
+models get no instance; the gateway routes to their URLs directly.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferplane.engines.sim.config import DEFAULT_GPU, FaultConfig
+from inferplane.errors import InferplaneError
 from inferplane.gpus.catalog import find_gpu
+from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.spec import FleetSpec, ModelSpec
 
 ENGINE_HOST = "127.0.0.1"
@@ -68,8 +72,10 @@ def sim_argv(
     gpu: str,
     faults: FaultConfig | None = None,
     python: str = sys.executable,
+    planned: PlanInstance | None = None,
 ) -> tuple[str, ...]:
-    """The command line of one simulated engine (`inferplane sim`) serving `model`."""
+    """The command line of one simulated engine (`inferplane sim`) serving `model`; with
+    `planned`, the plan's numbers instead of the fleet file's."""
     argv = [
         python, "-m", "inferplane", "sim",
         "--model", model.engine_model_name,
@@ -80,16 +86,7 @@ def sim_argv(
     source = Path(model.source) if model.source is not None else None
     if source is not None and (source / "config.json").is_file():
         argv += ["--model-dir", str(source)]
-    if isinstance(model.max_model_len, int):
-        argv += ["--max-model-len", str(model.max_model_len)]
-    if isinstance(model.tensor_parallel_size, int):
-        argv += ["--tensor-parallel-size", str(model.tensor_parallel_size)]
-    if model.max_num_seqs is not None:
-        argv += ["--max-num-seqs", str(model.max_num_seqs)]
-    if model.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(model.max_num_batched_tokens)]
-    if isinstance(model.gpu_memory_utilization, float):
-        argv += ["--gpu-memory-utilization", str(model.gpu_memory_utilization)]
+    argv += _planned_args(planned) if planned is not None else _fleet_file_args(model)
     if faults is not None:
         argv += ["--load-time-s", str(faults.load_time_s), "--fail-rate", str(faults.fail_rate)]
         argv += ["--slowdown", str(faults.slowdown)]
@@ -100,19 +97,52 @@ def sim_argv(
     return tuple(argv)
 
 
+def _fleet_file_args(model: ModelSpec) -> list[str]:
+    argv: list[str] = []
+    if isinstance(model.max_model_len, int):
+        argv += ["--max-model-len", str(model.max_model_len)]
+    if isinstance(model.tensor_parallel_size, int):
+        argv += ["--tensor-parallel-size", str(model.tensor_parallel_size)]
+    if model.max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(model.max_num_seqs)]
+    if model.max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(model.max_num_batched_tokens)]
+    if isinstance(model.gpu_memory_utilization, float):
+        argv += ["--gpu-memory-utilization", str(model.gpu_memory_utilization)]
+    return argv
+
+
+def _planned_args(inst: PlanInstance) -> list[str]:
+    """What the plan starts vLLM with, for the simulated engine."""
+    argv = [
+        "--max-model-len", str(inst.max_model_len),
+        "--tensor-parallel-size", str(inst.tensor_parallel_size),
+        "--max-num-seqs", str(inst.max_num_seqs),
+        "--max-num-batched-tokens", str(inst.max_num_batched_tokens),
+        "--gpu-memory-utilization", str(inst.gpu_memory_utilization),
+    ]
+    if inst.kv_cache_memory_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(inst.kv_cache_memory_bytes)]
+    return argv
+
+
 def plan_sim_instances(
     fleet: FleetSpec,
     *,
     faults: Mapping[str, FaultConfig] | None = None,
     port_picker: Callable[[], int] = free_port,
+    plan: Plan | None = None,
 ) -> list[Instance]:
-    """One instance per replica of every placed model of an `engine: sim` fleet.
+    """One instance per replica of every placed model of an `engine: sim` fleet (per
+    planned instance when `plan` is given).
 
     `faults` maps an instance name ("<model>-<replica>") or a model name to simulated
     misbehaviour (tests and demos of supervision).
     """
     if fleet.engine.kind != "sim":
         return []
+    if plan is not None:
+        return _from_plan(fleet, plan, faults or {}, port_picker)
     gpu = _sim_gpu(fleet)
     env = dict(fleet.engine.extra_env)
     instances: list[Instance] = []
@@ -133,4 +163,60 @@ def plan_sim_instances(
                     env={**env, **model.env},
                 )
             )
+    return instances
+
+
+def plan_simulated(fleet: FleetSpec, given: Plan | None, fleet_file: str) -> Plan | None:
+    """An `engine: sim` fleet that lists its GPUs is planned like a real one (or runs the
+    plan it was given); one with `gpus: discover` has no GPUs to plan on and runs each
+    model as the fleet file says."""
+    if fleet.engine.kind != "sim" or fleet.gpus is None or not fleet.placed_models:
+        return None
+    if given is not None:
+        from inferplane.runtime.vllm_fleet import check_plan_matches
+
+        check_plan_matches(given, fleet)
+        return given
+    from inferplane.planner.build import plan_fleet  # heavy: only when planning
+
+    return plan_fleet(fleet, fleet_file=fleet_file)
+
+
+def _from_plan(
+    fleet: FleetSpec,
+    plan: Plan,
+    faults: Mapping[str, FaultConfig],
+    port_picker: Callable[[], int],
+) -> list[Instance]:
+    """One simulated engine per planned instance, started in the plan's order (co-located
+    instances after the ones they share a card with, as vLLM needs)."""
+    env = dict(fleet.engine.extra_env)
+    instances: list[Instance] = []
+    for planned in plan.instances:
+        if planned.spans_nodes:
+            raise InferplaneError(
+                f"{planned.model} spans {planned.pipeline_parallel_size} nodes; the simulator "
+                "runs one process per replica on this host",
+                field=f"models.{planned.model}.pipeline_parallel_size",
+                value=planned.pipeline_parallel_size,
+                fix="use pipeline_parallel_size: 1 for the simulated fleet",
+            )
+        model = fleet.model(planned.model)
+        assert model is not None
+        port = port_picker()
+        fault = faults.get(planned.id) or faults.get(planned.model)
+        instances.append(Instance(
+            name=planned.id,
+            model=planned.model,
+            served_name=planned.served_model_name,
+            replica=planned.replica,
+            port=port,
+            engine="sim",
+            argv=sim_argv(model, port=port, gpu=planned.gpu_type, faults=fault,
+                          planned=planned),
+            env={**env, **model.env},
+            gpu_indices=tuple(planned.gpu_indices),
+            gpu_memory_utilization=planned.gpu_memory_utilization,
+            start_after=tuple(planned.start_after),
+        ))
     return instances

@@ -8,7 +8,8 @@
 The gateway runs in this process and is fed the live set of ready instances: a replica is
 routable exactly while its supervisor record says `ready`.
 
-`engine: sim` fleets get simulated engines; `engine: vllm` fleets run the plan's
+`engine: sim` fleets get simulated engines (planned like real ones when they list their
+GPUs: `inferplane.runtime.instances`); `engine: vllm` fleets run the plan's
 instances on this host's node (`options.plan`, else planned now), pinned and checked
 against NVML before every start (`inferplane.runtime.vllm_fleet`).
 """
@@ -40,7 +41,7 @@ from inferplane.planner.plan import Plan
 from inferplane.runtime import registry
 from inferplane.runtime.channel import ControlServer
 from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S, DrainGate
-from inferplane.runtime.instances import Instance, plan_sim_instances
+from inferplane.runtime.instances import Instance, plan_sim_instances, plan_simulated
 from inferplane.runtime.process import raise_nofile_limit
 from inferplane.runtime.state import StateDir
 from inferplane.runtime.supervisor import (
@@ -169,8 +170,9 @@ class Runtime:
             )
             prepare = GpuPinning(options.nvml)
         else:
-            self.instances = plan_sim_instances(fleet, faults=options.faults)
-        config = gateway_config_from_fleet(fleet)
+            self.plan = plan_simulated(fleet, options.plan, options.fleet_path or "")
+            self.instances = plan_sim_instances(fleet, faults=options.faults, plan=self.plan)
+        config = gateway_config_from_fleet(fleet, self.plan)
         log_path = str(options.state_dir / "logs" / "gateway-access.log")
         config = replace(
             config,
@@ -214,10 +216,11 @@ class Runtime:
         registry.register(self.state_dir, os.getpid())
         try:
             raise_nofile_limit()  # P30: engines inherit it
-            if self.plan is not None:
+            if self.plan is not None and self.fleet.engine.kind == "vllm":
                 # Refuse before anything starts: GPUs, their free memory, the plan's ports.
                 preflight_host(self.instances, self.options.nvml)
                 check_ports_free(self.instances)
+            if self.plan is not None:
                 (self.state_dir.path / "plan.json").write_text(
                     self.plan.model_dump_json(indent=2) + "\n"
                 )

@@ -64,6 +64,7 @@ def engine_settings(config: SimEngineConfig) -> EngineSettings:
         max_model_len=config.max_model_len,
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
+        kv_cache_memory_bytes=config.kv_cache_memory_bytes,
     )
 
 

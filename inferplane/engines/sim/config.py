@@ -49,6 +49,9 @@ class SimEngineConfig:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float = 0.9
+    # The planner's explicit KV pool for an instance sharing its GPU (vLLM's
+    # --kv-cache-memory-bytes): the simulated engine then holds exactly that many blocks.
+    kv_cache_memory_bytes: int | None = None
     enable_prefix_caching: bool = True
     host: str = "127.0.0.1"
     port: int = 0  # 0 = any free port; the handle reports the real one
