@@ -7,6 +7,7 @@ and a framework's request/response objects would be a large share of it.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 import os
 import re
@@ -66,6 +67,11 @@ MODEL_PATHS = frozenset(
 _GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 _JSON = (b"content-type", b"application/json")
+_NO_KEY = orjson.dumps({"error": {
+    "message": "You didn't provide a valid API key. Send 'Authorization: Bearer KEY'.",
+    "type": "invalid_request_error", "param": None, "code": "invalid_api_key",
+}})  # fmt: skip
+_NO_METRICS_TOKEN = error_body(401, "metrics need the scrape token: 'Authorization: Bearer ...'")
 _USAGE_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _USAGE_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
@@ -160,6 +166,9 @@ class GatewayApp:
         self._rid_prefix = os.urandom(4).hex() + "-"
         self._rid_seq = itertools.count(1)
         self._priority_header = config.priority_header.lower().encode()
+        self._metrics_auth = (
+            b"Bearer " + config.metrics_token.encode() if config.metrics_token else None
+        )
         self._upstream = UpstreamClient()
         self._models_body = self._render_models()
         self._started = False
@@ -230,7 +239,13 @@ class GatewayApp:
                 else:
                     await self._respond(send, 405, error_body(405, "use POST"), b"")
             elif method == "GET" and path == "/v1/models":
-                await self._respond(send, 200, self._models_body, b"")
+                tenancy = self.tenancy
+                if tenancy is not None and tenancy.auth_required and tenancy.authenticate(
+                    _header(scope, b"authorization")
+                ) is None:  # as OpenAI and `vllm serve --api-key`: the list needs a key
+                    await self._respond(send, 401, _NO_KEY, b"")
+                else:
+                    await self._respond(send, 200, self._models_body, b"")
             elif method == "GET" and path == "/health":
                 await self._respond(send, 200, b'{"status":"ok"}', b"")
             elif method == "GET" and path == "/ready":
@@ -240,9 +255,14 @@ class GatewayApp:
 
                 await handle(self.tenancy, scope, receive, send)
             elif method == "GET" and path == "/metrics":
-                await self._respond(
-                    send, 200, self.metrics.render(), b"", b"text/plain; version=0.0.4"
-                )
+                if self._metrics_auth is not None and not hmac.compare_digest(
+                    _header(scope, b"authorization") or b"", self._metrics_auth
+                ):  # a scraper's own token (gateway.metrics_token_env), never an API key
+                    await self._respond(send, 401, _NO_METRICS_TOKEN, b"")
+                else:
+                    await self._respond(
+                        send, 200, self.metrics.render(), b"", b"text/plain; version=0.0.4"
+                    )
             else:
                 await self._respond(
                     send, 404, error_body(404, f"no route for {method} {path}"), b""

@@ -238,6 +238,8 @@ class GatewayConfig:
     engine_metrics_interval_s: float = 1.0
     engine_metrics_stale_after_s: float = 5.0
     health_interval_s: float = 2.0
+    # When set, GET /metrics needs 'Authorization: Bearer <token>' (a scraper's own token).
+    metrics_token: str | None = None
     # Client connections: timeouts, head size, how many (inferplane.gateway.connections).
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 

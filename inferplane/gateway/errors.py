@@ -6,6 +6,7 @@ import orjson
 
 _TYPES = {
     400: "BadRequestError",
+    401: "AuthenticationError",
     404: "NotFoundError",
     413: "BadRequestError",
     429: "RateLimitError",

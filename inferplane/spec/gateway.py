@@ -44,6 +44,9 @@ class GatewaySpec(SpecModel):
     database_url: StrictStr | None = None  # default: sqlite in the state directory
     redis_url: StrictStr | None = None  # share limits across gateway replicas
     admin_token_env: StrictStr = "INFERPLANE_ADMIN_TOKEN"  # env var holding the admin token
+    # Env var holding a token that GET /metrics then requires (unset: /metrics is open, as
+    # scrapers on the cluster network expect; /v1/models needs an API key when auth is on).
+    metrics_token_env: StrictStr | None = Field(default=None, min_length=1)
     # OpenAI's six x-ratelimit-* headers: on 429s only ("on_429"), or also on every admitted
     # response of a key with limits ("always", like OpenAI; ~9% fewer RPS, docs/tenancy.md).
     ratelimit_headers: Literal["always", "on_429"] = "on_429"

@@ -11,11 +11,17 @@
     GET  /admin/usage?by=key&since=UNIX   usage report
 The token comes from the environment variable named by `gateway.admin_token_env`
 (INFERPLANE_ADMIN_TOKEN by default); without one the admin API answers 403.
+
+Bodies are validated strictly, each refusal a 400 in OpenAI's error shape naming the field
+(`param`): a string is not a list (`"models": "alpha"`), counts are positive integers
+(never booleans), weights and durations are finite numbers; unknown fields are refused.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -32,10 +38,98 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
+log = logging.getLogger("inferplane.tenancy.admin")
+
 _CREATE_FIELDS = {
     "models", "rpm", "tpm", "max_concurrent", "budget_tokens", "budget_period", "priority",
     "expires_in_s", "team",
 }  # fmt: skip
+_COUNTS = ("rpm", "tpm", "max_concurrent", "budget_tokens")
+_MAX_COUNT = 2**53  # what a JSON number and every database integer column hold exactly
+_MAX_NAME = 256
+
+
+class BadInput(Exception):
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def _string(body: dict[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > _MAX_NAME:
+        raise BadInput(f"'{name}' must be a non-empty string of at most {_MAX_NAME} "
+                       "characters", name)  # fmt: skip
+    return value
+
+
+def _create_args(body: Any) -> tuple[str, dict[str, Any]]:
+    """The validated arguments of `create_key` from a POST /admin/keys body."""
+    if not isinstance(body, dict):
+        raise BadInput("the body must be a JSON object")
+    unknown = set(body) - _CREATE_FIELDS - {"name"}
+    if unknown:
+        raise BadInput(f"unknown fields: {', '.join(sorted(map(str, unknown)))}",
+                       sorted(map(str, unknown))[0])  # fmt: skip
+    name = _string(body, "name", required=True)
+    assert name is not None
+    args: dict[str, Any] = {}
+    models = body.get("models")
+    if models is not None:
+        if not isinstance(models, list) or not all(
+            isinstance(m, str) and m and len(m) <= _MAX_NAME for m in models
+        ):
+            raise BadInput("'models' must be a list of model names (a string is not a list)",
+                           "models")  # fmt: skip
+        args["models"] = models
+    for field in _COUNTS:
+        value = body.get(field)
+        if value is None:
+            continue
+        if type(value) is not int or not 0 < value <= _MAX_COUNT:
+            raise BadInput(f"'{field}' must be a positive integer", field)
+        args[field] = value
+    for field in ("budget_period", "priority", "team"):
+        value = _string(body, field)
+        if value is not None:
+            args[field] = value
+    expires = body.get("expires_in_s")
+    if expires is not None:
+        if not _finite(expires) or not 0 < expires <= 100 * 365 * 86400:
+            raise BadInput("'expires_in_s' must be a positive number of seconds",
+                           "expires_in_s")  # fmt: skip
+        args["expires_in_s"] = float(expires)
+    return name, args
+
+
+def _finite(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _route_args(body: Any) -> tuple[list[tuple[str, float]], str | None]:
+    """The validated targets and key of a PUT /admin/routes/{name} body."""
+    if not isinstance(body, dict):
+        raise BadInput("the body must be a JSON object")
+    unknown = set(body) - {"targets", "key_id"}
+    if unknown:
+        raise BadInput(f"unknown fields: {', '.join(sorted(map(str, unknown)))}",
+                       sorted(map(str, unknown))[0])  # fmt: skip
+    targets = body.get("targets")
+    if not isinstance(targets, dict):
+        raise BadInput("'targets' must map model -> weight", "targets")
+    out: list[tuple[str, float]] = []
+    for model, weight in targets.items():
+        if not model or len(model) > _MAX_NAME:
+            raise BadInput("'targets' keys must be model names", "targets")
+        if not _finite(weight) or weight < 0:
+            raise BadInput(f"weight of '{model}' must be a finite number >= 0", "targets")
+        out.append((model, float(weight)))
+    if out and sum(w for _, w in out) <= 0:
+        raise BadInput("weights sum to zero; give one target a positive weight", "targets")
+    return out, _string(body, "key_id")
 
 
 async def _send(send: Send, status: int, payload: Any) -> None:
@@ -51,8 +145,10 @@ async def _send(send: Send, status: int, payload: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _error(status: int, message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "invalid_request_error", "code": status}}
+def _error(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param,
+                      "code": status}}  # fmt: skip
 
 
 async def _json_body(receive: Receive) -> Any:
@@ -68,7 +164,7 @@ async def _json_body(receive: Receive) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise InferplaneError("body is not JSON", fix="send a JSON object") from None
+        raise BadInput("the body is not JSON; send a JSON object") from None
 
 
 async def handle(tenancy: Tenancy, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,14 +189,8 @@ async def handle(tenancy: Tenancy, scope: Scope, receive: Receive, send: Send) -
             rows = await list_keys(store, include_revoked=True)
             await _send(send, 200, {"keys": [r.as_dict() for r in rows]})
         elif parts == ["keys"] and method == "POST":
-            body = await _json_body(receive)
-            if not isinstance(body, dict) or not isinstance(body.get("name"), str):
-                raise InferplaneError("'name' is required", field="name")
-            unknown = set(body) - _CREATE_FIELDS - {"name"}
-            if unknown:
-                raise InferplaneError("unknown fields", value=sorted(unknown))
-            args = {k: v for k, v in body.items() if k != "name"}
-            row, secret = await create_key(store, body["name"], **args)
+            name, args = _create_args(await _json_body(receive))
+            row, secret = await create_key(store, name, **args)
             await tenancy.refresh()
             await _send(send, 201, {**row.as_dict(), "key": secret})
         elif len(parts) == 3 and parts[0] == "keys" and method == "POST" and parts[2] in (
@@ -118,24 +208,30 @@ async def handle(tenancy: Tenancy, scope: Scope, receive: Receive, send: Send) -
             table = await load_routes(store)
             await _send(send, 200, {"routes": table.weighted, "per_key": table.per_key})
         elif len(parts) == 2 and parts[0] == "routes" and method == "PUT":
-            body = await _json_body(receive)
-            targets = body.get("targets") if isinstance(body, dict) else None
-            if not isinstance(targets, dict):
-                raise InferplaneError("'targets' must map model -> weight", field="targets")
-            await set_route(
-                store, parts[1], [(str(t), float(w)) for t, w in targets.items()],
-                body.get("key_id"),
-            )  # fmt: skip
+            targets, key_id = _route_args(await _json_body(receive))
+            await set_route(store, parts[1], targets, key_id)
             await tenancy.refresh()
-            await _send(send, 200, {"route": parts[1], "targets": targets})
+            await _send(send, 200, {"route": parts[1], "targets": dict(targets)})
         elif parts == ["usage"] and method == "GET":
             query = parse_qs(scope.get("query_string", b"").decode())
-            since = query.get("since", [None])[0]
-            report = await usage_report(
-                store, query.get("by", ["key"])[0], float(since) if since else None
-            )
+            since_text = query.get("since", [None])[0]
+            since = None
+            if since_text:
+                try:
+                    since = float(since_text)
+                except ValueError:
+                    since = math.nan
+                if not math.isfinite(since):
+                    raise BadInput("'since' must be a UNIX time in seconds", "since")
+            report = await usage_report(store, query.get("by", ["key"])[0], since)
             await _send(send, 200, {"usage": report})
         else:
             await _send(send, 404, _error(404, f"no admin route {method} {scope['path']}"))
-    except (InferplaneError, TypeError, ValueError) as exc:
-        await _send(send, 400, _error(400, str(exc)))
+    except BadInput as exc:
+        await _send(send, 400, _error(400, exc.message, exc.param))
+    except InferplaneError as exc:
+        status = 404 if exc.message.lower().startswith("no such") else 400
+        await _send(send, status, _error(status, str(exc), exc.field))
+    except Exception:  # never a traceback nor a bare 500 page for a bad admin request
+        log.exception("admin API: %s %s", method, scope["path"])
+        await _send(send, 500, _error(500, "internal error; see the gateway log"))
