@@ -1,4 +1,4 @@
-"""The README and the runtime/deploy docs agree with the code (issue 18, item 13).
+"""The README and docs/ agree with the code (issue 18, item 13).
 
 - Every `inferplane ...` command they quote (code blocks, `$ inferplane ...` transcripts,
   inline code) names a real command, and every option it uses exists on that command.
@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from inferplane.cli.main import _register_commands, app
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = [REPO / "README.md", REPO / "docs" / "runtime.md", REPO / "docs" / "deploy.md"]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README = (REPO / "README.md").read_text()
 
 
@@ -98,7 +98,6 @@ def check_command(root: Any, command: str) -> list[str]:
 def test_every_quoted_command_and_option_exists(doc: Path) -> None:
     root = _root()
     commands = quoted_commands(doc.read_text())
-    assert commands
     problems = [p for c in commands for p in check_command(root, c)]
     assert not problems, "\n".join(problems)
 
