@@ -192,3 +192,27 @@ def test_planning_default_quoted_in_the_readme() -> None:
     plan = root.commands["plan"]
     budget = next(p for p in plan.params if p.name == "card_budget")
     assert f"<= {budget.default:g}" in README
+
+
+def test_defaults_shown_in_synopses_are_the_code_defaults() -> None:
+    """`[--grace-period-s 300]` in a synopsis means 300 is the default: it must be."""
+    root = _root()
+    problems, checked = [], 0
+    for doc in DOCS:
+        for command in quoted_commands(doc.read_text()):
+            words = command.split()
+            cmd = root.commands.get(words[1]) if len(words) > 1 else None
+            if cmd is None:
+                continue
+            for opt, value in re.findall(r"\[(--[a-z0-9-]+) ([0-9][0-9.]*)\]", command):
+                param = next((p for p in cmd.params if opt in p.opts), None)
+                if param is None:
+                    continue  # reported by the option test
+                checked += 1
+                default = param.default
+                same = (str(default) == value if isinstance(default, str)
+                        else default is not None and float(default) == float(value))
+                if not same:
+                    problems.append(f"{doc.name}: {command}: {opt} defaults to {default!r}")
+    assert checked >= 3
+    assert not problems, "\n".join(problems)
