@@ -83,12 +83,23 @@ def _check(plan: Plan, spec: FleetSpec) -> None:
         assert inst.gpu_type == types[inst.node]  # one node, one GPU type (P12)
         assert inst.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, inst.gpu_indices))
         assert inst.memory.max_concurrency >= 1  # one request of max_model_len fits (P02)
+    # Replicas of one model never share a sharing group (GPUs linked by instances on them).
+    group: dict[tuple[str, int], set[tuple[str, int]]] = {
+        (g.node, g.index): {(g.node, g.index)} for g in plan.gpus}
+    for inst in plan.instances:
+        merged = set().union(*(group[(inst.node, i)] for i in inst.gpu_indices))
+        for key in merged:
+            group[key] = merged
+    for linked in {frozenset(v) for v in group.values()}:
+        ids = {i for g in plan.gpus if (g.node, g.index) in linked for i in g.instances}
+        models = [plan.instance(i).model for i in ids]
+        assert len(models) == len(set(models)), linked
     wanted = Counter({m.name: m.replicas for m in spec.placed_models if m.replicas})
     assert Counter(i.model for i in plan.instances) == wanted
     assert len({i.port for i in plan.instances}) == len(plan.instances)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     nodes=st.lists(node, min_size=1, max_size=3),
     models=st.lists(model, min_size=1, max_size=4),
