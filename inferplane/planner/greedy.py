@@ -255,10 +255,13 @@ def _upgrade(
         pending = [i for i in pending if not _meets(i, placement.choices[i.id])]
         for item in sorted(pending, key=extra):
             current = placement.choices[item.id]
+            demand = state.demands[item.id]
             state.remove(item, current)
             only = current if state.anchors_colocated(item, current) else None
             if not _place(state, placement, item, type_bytes, policy, key, only):
-                raise AssertionError(f"{item.id} lost its place while upgrading")
+                state.place(item, current, demand)  # its old place is always still free
+                placement.choices[item.id] = current
+                placement.unplaced.remove(item.id)
 
 
 def _by_held(option: Option, type_rank: int) -> tuple[int, ...]:
