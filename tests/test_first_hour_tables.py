@@ -112,3 +112,16 @@ def test_keys_list_at_80_columns(tmp_path: Path) -> None:
     assert listed.exit_code == 0, listed.output
     _assert_fits(listed.output, 80)
     assert sum("team-search-prod" in line for line in listed.output.splitlines()) == 1
+
+
+def test_gpus_discover_at_80_columns_keeps_the_whole_uuid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from test_gpus_cli import _fake_host
+
+    _fake_host(monkeypatch)
+    _register_commands()
+    result = CliRunner().invoke(app, ["gpus", "--discover"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    _assert_fits(result.output, 80)
+    assert "GPU-aaaa" in result.output  # pins engines: never hidden or cut

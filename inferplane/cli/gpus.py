@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferplane.cli.main import app
+from inferplane.cli.tables import Col, fitted_table
 from inferplane.gpus.catalog import known_gpus
 from inferplane.gpus.discovery import (
     DiscoveredGpu,
@@ -71,25 +72,29 @@ def _catalog_table() -> Table:
     return table
 
 
-def _host_table(gpus: list[DiscoveredGpu], driver: str, cuda: str) -> Table:
-    table = Table(title=f"GPUs on this host (driver {driver}, CUDA {cuda})")
-    for column in ("index", "name", "uuid", "used / total GiB", "catalog", "processes"):
-        table.add_column(column)
+# The UUID is what pins an engine (CUDA_VISIBLE_DEVICES): never hidden; the name wraps.
+HOST_COLUMNS = (
+    Col("index", "#"), Col("name", wrap=True), Col("uuid"),
+    Col("used / total GiB", "used/total GiB"), Col("catalog", drop=2),
+    Col("processes", "procs", drop=1, wrap=True),
+)  # fmt: skip
+
+
+def _host_table(gpus: list[DiscoveredGpu], driver: str, cuda: str, width: int = 200) -> Table:
+    rows = []
     for gpu in gpus:
         procs = ", ".join(
             f"{p.pid} {p.process_name or '?'}"
             + ("" if p.used_bytes is None else f" {p.used_bytes / GIB:.1f}G")
             for p in gpu.processes
         )
-        table.add_row(
-            str(gpu.index),
-            gpu.name,
-            gpu.uuid,
+        rows.append([
+            str(gpu.index), gpu.name, gpu.uuid,
             f"{gpu.used_bytes / GIB:.2f} / {gpu.total_bytes / GIB:.2f}",
-            gpu.spec.name if gpu.spec else "not in catalog",
-            procs or "-",
-        )
-    return table
+            gpu.spec.name if gpu.spec else "not in catalog", procs or "-",
+        ])  # fmt: skip
+    return fitted_table(HOST_COLUMNS, rows, width,
+                        f"GPUs on this host (driver {driver}, CUDA {cuda})")  # fmt: skip
 
 
 @app.command()
@@ -115,4 +120,5 @@ def gpus(
         }
         typer.echo(json.dumps(payload, indent=2))
     else:
-        Console().print(_host_table(found, driver, cuda))
+        console = Console()
+        console.print(_host_table(found, driver, cuda, console.width))
