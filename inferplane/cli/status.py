@@ -26,8 +26,10 @@ def status(
     data = state.read()
     if data is None:
         raise InferplaneError(
-            "no fleet state here", field="--state-dir", value=str(state.path),
-            fix="start a fleet with `inferplane up FLEET.yaml`, or pass its --state-dir",
+            "no fleet state here, and no fleet of this user is running", field="--state-dir",
+            value=str(state.path),
+            fix="start a fleet with `inferplane up FLEET.yaml`, or pass its --state-dir "
+            "(or set $INFERPLANE_STATE_DIR)",
         )
     running = state.running_pid() is not None
     if not running and data.get("phase") != "stopped":
