@@ -309,10 +309,10 @@ class GatewayApp:
             if not pool.backends:
                 yield name, "-", 0, depth
             for b in pool.backends:
-                yield name, b.url, b.outstanding, depth
+                yield name, b.label, b.outstanding, depth
 
     def _count_unusable(self, backend: Backend, reason: str) -> None:
-        self.metrics.engine_unusable.labels(backend.url, reason).inc()
+        self.metrics.engine_unusable.labels(backend.label, reason).inc()
 
     # ---- the proxy path ----------------------------------------------------------------
 
@@ -566,7 +566,7 @@ class GatewayApp:
                             timeouts.connect_s,
                         )
                     except UpstreamError as exc:
-                        failure = f"replica {backend.url} unreachable: {exc}"
+                        failure = f"replica {backend.label} unreachable: {exc}"
                         self._gateway_failure(pool, backend, failure)
                     else:
                         if conn.status >= 500 and len(tried) < route.retries:
@@ -576,7 +576,7 @@ class GatewayApp:
                                 payload = b""
                             finally:
                                 conn.release()
-                            failure = f"replica {backend.url} answered {conn.status}"
+                            failure = f"replica {backend.label} answered {conn.status}"
                             error_payload = (conn.status, payload, conn.content_type)
                             suspects.append(backend)
                     if failure is None:
@@ -614,7 +614,7 @@ class GatewayApp:
                     payload = await conn.read_all()
                 except UpstreamBodyError as exc:
                     conn.close()
-                    why = f"replica {backend.url} failed while responding: {exc}"
+                    why = f"replica {backend.label} failed while responding: {exc}"
                     self._gateway_failure(pool, backend, why)
                     await self._upstream_failed(send, rid, rec, why, None)
                     return
@@ -638,7 +638,7 @@ class GatewayApp:
             # A stream that kept making progress until `total_s` is long, not broken; every
             # other timeout (first byte, idle gap, a non-streaming answer) is the replica's.
             if failed is not None and not (stream and loop.time() >= total_deadline - 1e-3):
-                self._gateway_failure(pool, failed, f"replica {failed.url} timed out")
+                self._gateway_failure(pool, failed, f"replica {failed.label} timed out")
             rec.finished = True
             rec.status = 504
             if rec.started:  # mid-stream: end the stream with an error event
@@ -701,12 +701,12 @@ class GatewayApp:
                 prev, last = prev + last, stripper.usage
         except UpstreamBodyError as exc:
             conn.close()
-            self._gateway_failure(pool, backend, f"replica {backend.url} failed mid-stream")
+            self._gateway_failure(pool, backend, f"replica {backend.label} failed mid-stream")
             rec.status = 502
             rec.finished = True
             # Close a half-sent event first so the error event parses on its own.
             tail = b"" if last.endswith(b"\n\n") or not last else b"\n\n"
-            message = f"replica {backend.url} failed mid-stream: {exc}"
+            message = f"replica {backend.label} failed mid-stream: {exc}"
             await send({"type": "http.response.body", "body": tail + sse_error_event(502, message)})
             return
         except BaseException:
@@ -744,10 +744,10 @@ class GatewayApp:
         if backend.ejected:
             return
         if not pool.may_eject(backend, keep_one=keep_one):
-            self.metrics.ejections_refused.labels(pool.route.name, backend.url).inc()
+            self.metrics.ejections_refused.labels(pool.route.name, backend.label).inc()
             return
         backend.ejected = True
-        self.metrics.ejections.labels(pool.route.name, backend.url).inc()
+        self.metrics.ejections.labels(pool.route.name, backend.label).inc()
         if end_in_flight:  # a hung or dying replica: its streams would only wait
             self._upstream.abort(backend.url, f"replica ejected ({why})")
 
@@ -779,7 +779,7 @@ class GatewayApp:
             )
 
     def _account(self, route: ModelRoute, rec: _Record, total: float, rid: bytes) -> None:
-        replica = rec.backend.url if rec.backend is not None else "-"
+        replica = rec.backend.label if rec.backend is not None else "-"
         series = self.metrics.series(route.name, replica)
         series.count(rec.status)
         series.duration.observe(total)
@@ -830,7 +830,7 @@ class GatewayApp:
                 rid.decode("latin-1"),
                 adm.key_id,
                 model,
-                backend.url if backend is not None else "-",
+                backend.label if backend is not None else "-",
                 rec.prompt_tokens,
                 rec.completion_tokens,
                 status,

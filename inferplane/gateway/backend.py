@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferplane.gateway.redact import redact_url
+
 
 @dataclass(slots=True)
 class EngineLoad:
@@ -32,6 +34,7 @@ class Backend:
         "consecutive_failures",
         "ejected",
         "engine",
+        "label",
         "max_concurrency",
         "outstanding",
         "ready",
@@ -47,6 +50,7 @@ class Backend:
         api_key: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self.label = redact_url(self.url)  # what logs, metrics and error messages show
         self.ready = ready
         self.max_concurrency = max_concurrency  # None: the model's default cap
         self.api_key = api_key

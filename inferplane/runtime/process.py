@@ -14,8 +14,15 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import TextIO
+
+# Never handed to engines: the gateway's own secrets and settings (admin token, database
+# and Redis URLs: every INFERPLANE_* variable) and database passwords. Engines keep the rest
+# of the environment (CUDA_*, HF_*, VLLM_*, PATH, ...), which vLLM needs.
+ENGINE_ENV_DROP_PREFIXES = ("INFERPLANE_",)
+ENGINE_ENV_DROP = frozenset({"PGPASSWORD", "PGPASSFILE", "REDISCLI_AUTH"})
 
 LOG_MAX_BYTES = 10 * 2**20
 LOG_BACKUPS = 3
@@ -39,7 +46,7 @@ class RotatingLog:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        self._file = _open_private(path)
         self._size = self._file.tell()
 
     def _rotate(self) -> None:
@@ -52,7 +59,7 @@ class RotatingLog:
             os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         else:
             self.path.unlink(missing_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._file = _open_private(self.path)
         self._size = 0
 
     def write(self, text: str) -> None:
@@ -67,6 +74,27 @@ class RotatingLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _open_private(path: Path) -> TextIO:
+    """Append to `path`, created readable by its owner only (0600): logs may hold prompts
+    an engine echoes, paths and tokens."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def engine_environment(
+    env: Mapping[str, str], hidden: Collection[str] = ()
+) -> dict[str, str]:
+    """Our environment without the gateway's secrets (and `hidden` names, e.g. the fleet's
+    `gateway.admin_token_env`), with the engine's own `env` on top."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(ENGINE_ENV_DROP_PREFIXES) and k not in ENGINE_ENV_DROP
+        and k not in hidden
+    }  # fmt: skip
+    return {**base, **env}
 
 
 class EngineProcess:
@@ -119,16 +147,21 @@ class EngineProcess:
 
 
 async def spawn(
-    argv: Sequence[str], env: Mapping[str, str], log: RotatingLog, cwd: Path | None = None
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    log: RotatingLog,
+    cwd: Path | None = None,
+    hidden: Collection[str] = (),
 ) -> EngineProcess:
-    """Start `argv` in its own process group with `env` merged over ours."""
+    """Start `argv` in its own process group with `env` merged over ours, minus the
+    gateway's secrets (`engine_environment`)."""
     log.write(f"--- starting: {' '.join(argv)}\n")
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, **env},
+        env=engine_environment(env, hidden),
         cwd=cwd,
         start_new_session=True,
         preexec_fn=_child_setup,

@@ -199,6 +199,10 @@ class Runtime:
             self.instances, self.state_dir.log_dir, options.settings, self._on_change, prepare,
             drain_instance=self._drain_instance,
         )  # fmt: skip
+        gw_spec = fleet.gateway  # engines never see the gateway's tokens
+        self.supervisor.hidden_env = frozenset(
+            name for name in (gw_spec.admin_token_env, gw_spec.metrics_token_env) if name
+        )
         self.gateway_url = ""
         self._server: _GatewayServer | None = None
         self._server_task: asyncio.Task[None] | None = None

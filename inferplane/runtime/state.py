@@ -6,6 +6,7 @@ the same directory refuses while the first is alive.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -63,8 +64,13 @@ class StateDir:
                 value=str(self.path),
                 fix="stop it with `inferplane down`, or pass another --state-dir",
             )
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.pid_file.write_text(f"{os.getpid()}\n")
+        # Private (0700): state, logs and the database URL are the owner's only.
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for directory in (self.path, self.log_dir):
+            with contextlib.suppress(OSError):
+                os.chmod(directory, 0o700)
+        _write_private(self.pid_file, f"{os.getpid()}\n")
 
     def release(self) -> None:
         if self.running_pid() in (None, os.getpid()):
@@ -72,7 +78,7 @@ class StateDir:
 
     def write(self, state: dict[str, Any]) -> None:
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        _write_private(tmp, json.dumps(state, indent=2) + "\n")
         os.replace(tmp, self.state_file)
 
     def read(self) -> dict[str, Any] | None:
@@ -81,3 +87,12 @@ class StateDir:
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` readable by its owner only (0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o600)  # an older file keeps its mode through O_CREAT

@@ -185,6 +185,7 @@ class Supervisor:
         self.settings = settings
         self._prepare = prepare
         self.drain_instance = drain_instance  # before a manual restart stops the process
+        self.hidden_env: frozenset[str] = frozenset()  # never passed to engines (secrets)
         self._gpu_locks: dict[str, asyncio.Lock] = {}
         self._start_slots: asyncio.Semaphore | None = None
         self.log_dir = log_dir
@@ -380,8 +381,9 @@ class Supervisor:
                         self._log(rec.instance.name).write(f"--- refused to start: {exc}\n")
                         return None, f"refused to start: {exc}"
                 proc = await spawn(
-                    rec.instance.argv, rec.instance.env, self._log(rec.instance.name)
-                )
+                    rec.instance.argv, rec.instance.env, self._log(rec.instance.name),
+                    hidden=self.hidden_env,
+                )  # fmt: skip
                 rec.process, rec.pid = proc, proc.pid
                 self._notify(rec)
                 return proc, await self._until_ready(rec, proc)

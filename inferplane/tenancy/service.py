@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from inferplane.gateway.config import WeightedRoute, WeightedTarget
+from inferplane.gateway.redact import redact_url
 from inferplane.gateway.state import GatewayState, WeightedChooser
 from inferplane.store import Store
 from inferplane.tenancy.keys import KeyPolicy, active_policies, key_count
@@ -222,7 +223,7 @@ class Tenancy:
 
     def describe(self) -> str:
         """One line for the gateway's startup banner."""
-        where = self.store.url if self.store is not None else "no database"
+        where = redact_url(self.store.url) if self.store is not None else "no database"
         if self.auth_required:
             return f"auth: ON ({len(self.keys)} active keys in {where})"
         why = "gateway.auth: off" if self.auth_mode == "off" else "no API keys yet"

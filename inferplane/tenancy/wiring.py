@@ -4,7 +4,9 @@ Shared by `inferplane gateway` and `inferplane up` so both resolve the database,
 limits, admin token and seeded routes the same way (docs/tenancy.md):
 
 - database: `--db`, then `$INFERPLANE_DATABASE_URL`, then the fleet's
-  `gateway.database_url`, then `default_db` (SQLite in the state directory);
+  `gateway.database_url`, then `default_db` (SQLite in the state directory); `--db @PATH`
+  and `$INFERPLANE_DATABASE_URL_FILE` read the URL from a file, so a password stays out of
+  `ps` and shell history;
 - limiter: Redis when `$INFERPLANE_REDIS_URL` or `gateway.redis_url` is set, else memory;
 - auth: the fleet's `gateway.auth` (`auto` without a fleet);
 - admin token: the environment variable named by `gateway.admin_token_env`.
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from inferplane.spec import FleetSpec
 
 REDIS_URL_ENV = "INFERPLANE_REDIS_URL"
+DATABASE_URL_FILE_ENV = "INFERPLANE_DATABASE_URL_FILE"
 DEFAULT_ADMIN_TOKEN_ENV = "INFERPLANE_ADMIN_TOKEN"
 
 
@@ -38,7 +41,28 @@ def tenancy_database_url(
     """--db, $INFERPLANE_DATABASE_URL, the fleet's gateway.database_url, then `default_db`
     (default: sqlite in ./.inferplane/)."""
     fleet_url = spec.gateway.database_url if spec is not None else None
+    if db is not None and db.startswith("@"):
+        db = read_secret_file(db[1:], "--db")
+    elif db is None and os.environ.get(DATABASE_URL_FILE_ENV):
+        db = read_secret_file(os.environ[DATABASE_URL_FILE_ENV], DATABASE_URL_FILE_ENV)
     return database_url(db, fleet_url or default_db or DEFAULT_DATABASE_URL)
+
+
+def read_secret_file(path: str, field: str) -> str:
+    """The first line of a file holding a secret (a database URL with its password)."""
+    from inferplane.errors import InferplaneError
+
+    try:
+        value = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InferplaneError(
+            f"cannot read {path}: {exc.strerror}", field=field, value=path,
+            fix="give a readable file holding the database URL",
+        ) from None  # fmt: skip
+    if not value:
+        raise InferplaneError("the file is empty", field=field, value=path,
+                              fix="write the database URL into it")  # fmt: skip
+    return value.splitlines()[0].strip()
 
 
 def build_tenancy(
