@@ -153,3 +153,33 @@ async def test_model_paths_outside_v1_drain() -> None:
         await gate({"type": "http", "path": path, "method": "GET", "headers": []},
                    receive, send)  # fmt: skip
     assert seen == ["/health", "/metrics"]
+
+
+async def test_up_sets_tcp_nodelay_so_reused_connections_are_fast(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19.7: c=1 through `up` on one keep-alive connection. With Nagle's algorithm on,
+    each small answer waited for a delayed ACK (~40-44 ms); without, well under 1 ms."""
+    import socket
+    import statistics
+    import time
+
+    rt = await _runtime(tmp_path, monkeypatch)
+    try:
+        transport = httpx.AsyncHTTPTransport(
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        )
+        async with httpx.AsyncClient(transport=transport, timeout=10) as client:
+            await client.get(rt.gateway_url + "/health")
+            for proto in list(rt.gateway.connections.live):  # every accepted socket
+                sock = proto.transport.get_extra_info("socket")
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            took = []
+            for _ in range(30):
+                t0 = time.perf_counter()
+                r = await client.get(rt.gateway_url + "/v1/models")
+                took.append(time.perf_counter() - t0)
+                assert r.status_code == 200
+        assert statistics.median(took) < 0.025  # generous; Nagle's delayed ACK is ~0.04 s
+    finally:
+        await rt.drain_and_stop()
