@@ -114,3 +114,11 @@ def test_status_logs_keys_usage_down_from_another_directory(isolated: Path) -> N
         _cli("down", "--state-dir", str(state), "--force", cwd=here)
     assert registry.running_fleets() == []
     assert "gateway stopped" in (state / "logs" / "gateway.log").read_text()
+
+
+def test_keys_db_from_a_file(isolated: Path) -> None:
+    from inferplane.cli.keys import resolve_db
+
+    url_file = isolated / "db-url"
+    url_file.write_text(f"sqlite:///{isolated / 'k.db'}\n")
+    assert resolve_db(f"@{url_file}", None).endswith(str(isolated / "k.db"))

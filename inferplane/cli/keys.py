@@ -35,14 +35,19 @@ DB_HELP = (
 
 
 def resolve_db(db: str | None, fleet: Path | None, state_dir: Path | None = None) -> str:
-    """--db, $INFERPLANE_DATABASE_URL, the fleet file's gateway.database_url, then the
-    database of the running fleet (found like `inferplane status` finds it), else the
-    default SQLite file in ./.inferplane."""
+    """--db (`@FILE`: read from FILE), $INFERPLANE_DATABASE_URL(_FILE), the fleet file's
+    gateway.database_url, then the database of the running fleet (found like `inferplane
+    status` finds it), else the default SQLite file in ./.inferplane."""
     import os
 
     from inferplane.store import database_url
     from inferplane.store.db import DATABASE_URL_ENV
+    from inferplane.tenancy.wiring import DATABASE_URL_FILE_ENV, read_secret_file
 
+    if db is not None and db.startswith("@"):  # the URL in a file: no password in `ps`
+        db = read_secret_file(db[1:], "--db")
+    elif db is None and os.environ.get(DATABASE_URL_FILE_ENV):
+        db = read_secret_file(os.environ[DATABASE_URL_FILE_ENV], DATABASE_URL_FILE_ENV)
     if db or os.environ.get(DATABASE_URL_ENV):
         return database_url(db)
     if fleet is not None:
