@@ -47,7 +47,7 @@ def register(state: StateDir, pid: int) -> None:
     """Record that `pid` runs a fleet from `state` (best effort: never fails a start)."""
     with contextlib.suppress(OSError):
         path = _entry(state)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.with_suffix(f".{pid}.tmp")
         tmp.write_text(json.dumps({"state_dir": str(state.path.resolve()), "pid": pid}) + "\n")
         os.replace(tmp, path)
