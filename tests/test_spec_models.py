@@ -41,7 +41,8 @@ def only(text: str) -> Problem:
 def test_smallest_fleet_gets_every_default() -> None:
     spec = fleet("models:\n" + ENDPOINT_MODEL)
     assert (spec.engine.kind, spec.engine.version) == ("vllm", "0.31.0")
-    assert spec.gpus is None and spec.discover_gpus
+    # gpus: discover, but nothing to place: planning never asks NVML (issue 13.5)
+    assert spec.gpus is None and not spec.discover_gpus
     assert (spec.gateway.host, spec.gateway.port, spec.gateway.max_body_mib) == (
         "127.0.0.1",
         8000,
