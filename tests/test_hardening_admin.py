@@ -112,6 +112,9 @@ def test_bad_json_and_bad_since_are_400(env: Env) -> None:
     assert http.get(env.url + "/admin/usage?since=0", headers=AUTH).status_code == 200
     r = http.post(env.url + "/admin/keys/key_missing/revoke", headers=AUTH)
     assert r.status_code == 404 and r.json()["error"]["code"] == 404
+    r = http.put(env.url + "/admin/routes/r", json={"targets": {"m": 1}, "key_id": "alpha"},
+                 headers=AUTH)  # fmt: skip
+    assert r.status_code == 404  # was a 500 (foreign key) before
 
 
 def test_valid_admin_requests_still_work(env: Env) -> None:
@@ -140,7 +143,10 @@ KEY_FIELDS = ["name", "models", "rpm", "tpm", "max_concurrent", "budget_tokens",
     body=st.one_of(
         JSON,
         st.dictionaries(st.sampled_from(KEY_FIELDS), JSON, max_size=5),
-        st.fixed_dictionaries({"targets": st.dictionaries(st.text(max_size=4), JSON, max_size=3)}),
+        st.fixed_dictionaries(
+            {"targets": st.dictionaries(st.text(max_size=4), JSON, max_size=3)},
+            optional={"key_id": JSON},
+        ),
     ),
 )
 def test_admin_fuzz_gives_4xx_only(env: Env, kind: str, body: object) -> None:

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs
 import orjson
 
 from inferplane.errors import InferplaneError
+from inferplane.tenancy.keys import _get as get_key
 from inferplane.tenancy.keys import create_key, list_keys, revoke_key, rotate_key
 from inferplane.tenancy.ledger import usage_report
 from inferplane.tenancy.routes import load_routes, set_route
@@ -209,6 +210,8 @@ async def handle(tenancy: Tenancy, scope: Scope, receive: Receive, send: Send) -
             await _send(send, 200, {"routes": table.weighted, "per_key": table.per_key})
         elif len(parts) == 2 and parts[0] == "routes" and method == "PUT":
             targets, key_id = _route_args(await _json_body(receive))
+            if key_id is not None:
+                await get_key(store, key_id)  # 404 for a key that does not exist
             await set_route(store, parts[1], targets, key_id)
             await tenancy.refresh()
             await _send(send, 200, {"route": parts[1], "targets": dict(targets)})
