@@ -28,6 +28,11 @@ class Calibration:
     compute_efficiency: float  # achieved / peak dense tensor FLOPs in prefill
     step_overhead_s: float  # host-side cost of one scheduler step
     per_seq_overhead_s: float  # per scheduled sequence (sampling, detokenization, output)
+    # Fixed step times instead of the roofline (known-answer tests of `inferplane bench`):
+    # a step with prompt tokens takes `fixed_prefill_step_s`, a decode-only step
+    # `fixed_decode_step_s`. Either one set switches the roofline off.
+    fixed_prefill_step_s: float | None = None
+    fixed_decode_step_s: float | None = None
 
 
 # Fitted on the calibration split of tests/data/vllm_perf by `benchmarks/sim_fidelity.py --fit`
@@ -103,6 +108,8 @@ class StepTimeModel:
         if shape.num_seqs == 0:
             return 0.0
         cal = self.calibration
+        if cal.fixed_prefill_step_s is not None or cal.fixed_decode_step_s is not None:
+            return self._fixed_step_s(shape) * self.slowdown
         bandwidth = self.gpu.memory_bandwidth_gbps * 1e9 * cal.bandwidth_efficiency
         read_bytes = self.cost.weight_bytes + self.cost.kv_bytes_per_token * shape.context_tokens
         memory_s = read_bytes / bandwidth
@@ -121,6 +128,14 @@ class StepTimeModel:
         comm_s = self._allreduce_s(tokens)
         host_s = cal.step_overhead_s + cal.per_seq_overhead_s * shape.num_seqs
         return (max(memory_s, compute_s) + comm_s + host_s) * self.slowdown
+
+    def _fixed_step_s(self, shape: StepShape) -> float:
+        cal = self.calibration
+        prefill = cal.fixed_prefill_step_s
+        decode = cal.fixed_decode_step_s
+        if shape.prefill_tokens > 0:
+            return prefill if prefill is not None else decode or 0.0
+        return decode if decode is not None else prefill or 0.0
 
     def _allreduce_s(self, tokens: int) -> float:
         tp = self.cost.tensor_parallel_size
