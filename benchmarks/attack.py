@@ -359,6 +359,9 @@ async def hung_replica(n: int) -> None:
         f"ejected {hung.ejected}; slowest request {slowest:.1f} s (first byte 1 s, idle 3 s);"
         f" all done in {took:.1f} s", hung.ejected and slowest < 3.0 + 1.0,
     ))  # fmt: skip
+    import logging
+
+    logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)  # the hung engine's exit
     await gw.stop()
     await stop_engines(handles)
 
@@ -515,9 +518,6 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="smaller counts")
     args = parser.parse_args()
     os.environ.setdefault("INFERPLANE_GATEWAY_GC_DEFAULT", "1")
-    import logging
-
-    logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)  # hung engines at exit
     try:
         import uvloop
 
