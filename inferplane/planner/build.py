@@ -279,30 +279,17 @@ def _assemble(
     spanning = 0
     for n, item in enumerate(ordered):
         choice = placement.choices[item.id]
-        ports = _Ports(BASE_PORT + n, BASE_MASTER_PORT + spanning, BASE_RAY_PORT + spanning)
+        ports = Ports(BASE_PORT + n, BASE_MASTER_PORT + spanning, BASE_RAY_PORT + spanning)
         spanning += 1 if choice.spans_nodes else 0
-        instance, notes = _instance(
+        instance, notes = plan_instance(
             models[item.model], profiles[item.model], item, choice, shares[item.id],
             [[slot_of[(node, i)] for i in indices] for node, indices in choice.groups()],
             ports, fleet,
         )
         instances.append(instance)
         warnings += [w for w in notes if w not in warnings]
-    gpus = _gpus(slots, instances, budget, fleet.engine.version)
-    used = [g for g in gpus if g.instances]
-    free_total = sum(g.free_gib for g in gpus)
-    free_on_used = sum(g.free_gib for g in used)
-    mem_used = sum(g.memory_gib for g in used)
-    totals = PlanTotals(
-        gpus_total=len(gpus),
-        gpus_used=len(used),
-        gpus_idle=len(gpus) - len(used),
-        gpus_needed_at_peak=len(used),
-        fragmentation=round(free_on_used / free_total, 4) if free_total > 0 else 0.0,
-        memory_efficiency=round(sum(g.used_gib for g in used) / mem_used, 4) if mem_used else 0.0,
-        solver=placement.solver,
-        solver_optimal=placement.optimal,
-    )
+    gpus = gpu_table(slots, instances, budget, fleet.engine.version)
+    totals = plan_totals(gpus, placement.solver, placement.optimal)
     return Plan(
         fleet_file=fleet_file,
         engine=fleet.engine.kind,
@@ -320,21 +307,38 @@ def _assemble(
     )
 
 
+def plan_totals(gpus: list[PlanGpu], solver: str, optimal: bool) -> PlanTotals:
+    used = [g for g in gpus if g.instances]
+    free_total = sum(g.free_gib for g in gpus)
+    free_on_used = sum(g.free_gib for g in used)
+    mem_used = sum(g.memory_gib for g in used)
+    return PlanTotals(
+        gpus_total=len(gpus),
+        gpus_used=len(used),
+        gpus_idle=len(gpus) - len(used),
+        gpus_needed_at_peak=len(used),
+        fragmentation=round(free_on_used / free_total, 4) if free_total > 0 else 0.0,
+        memory_efficiency=round(sum(g.used_gib for g in used) / mem_used, 4) if mem_used else 0.0,
+        solver=solver,
+        solver_optimal=optimal,
+    )
+
+
 @dataclass(frozen=True)
-class _Ports:
+class Ports:
     http: int  # the engine's API port (the leader's, for a replica that spans nodes)
     master: int  # --master-port of a native multi-node replica
     ray: int  # the Ray head's port of a Ray multi-node replica
 
 
-def _instance(
+def plan_instance(
     model: ModelSpec,
     profile: ModelProfile,
     item: Item,
     choice: Choice,
     share: CardShare,
     rank_slots: list[list[Slot]],
-    ports: _Ports,
+    ports: Ports,
     fleet: FleetSpec,
 ) -> tuple[PlanInstance, list[str]]:
     shape = item.shape(choice.gpu_type, choice.tp)
@@ -519,7 +523,7 @@ def _memory_at(inst: PlanInstance, slot: Slot) -> InstanceMemory:
     return inst.memory
 
 
-def _gpus(
+def gpu_table(
     slots: list[Slot], instances: list[PlanInstance], budget: float, version: str
 ) -> list[PlanGpu]:
     graphs_inside = era_of(version) == "v1new"

@@ -38,8 +38,12 @@ def weights_rank(item: Item, choice: Choice) -> tuple[int, str]:
 
 
 def share_cards(
-    items: dict[str, Item], choices: dict[str, Choice], slots: list[Slot]
+    items: dict[str, Item],
+    choices: dict[str, Choice],
+    slots: list[Slot],
+    frozen: frozenset[str] = frozenset(),
 ) -> dict[str, CardShare]:
+    """Every instance's share; `frozen` ones (running) keep theirs and do not grow."""
     slot_of = {s.key: s for s in slots}
     on_gpu: dict[tuple[str, int], list[str]] = defaultdict(list)
     for item_id, choice in choices.items():
@@ -48,6 +52,8 @@ def share_cards(
     units = {item_id: choice.units for item_id, choice in choices.items()}
     order = sorted(choices, key=lambda i: weights_rank(items[i], choices[i]))
     for item_id in order:
+        if item_id in frozen:
+            continue
         choice = choices[item_id]
         shape = items[item_id].shape(choice.gpu_type, choice.tp)
         room = min(

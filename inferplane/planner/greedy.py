@@ -146,25 +146,41 @@ def item_order(items: Iterable[Item]) -> list[Item]:
 
 
 def place_greedy(
-    items: list[Item], slots: list[Slot], policy: Policy = "binpack"
+    items: list[Item],
+    slots: list[Slot],
+    policy: Policy = "binpack",
+    fixed: dict[str, Choice] | None = None,
 ) -> Placement:
+    """Place `items`; those in `fixed` (running instances) keep their choice and are only
+    accounted for (incremental placement never moves them)."""
+    fixed = fixed or {}
     by_id = {item.id: item for item in items}
-    demand_first = _pass(items, slots, policy, upgrade=False)
+    demand_first = _pass(items, slots, policy, upgrade=False, fixed=fixed)
     if not demand_first.unplaced and all(
         by_id[i].shape(c.gpu_type, c.tp).meets(c.units) for i, c in demand_first.choices.items()
     ):
         return demand_first
-    minimum_first = _pass(items, slots, policy, upgrade=True)
+    minimum_first = _pass(items, slots, policy, upgrade=True, fixed=fixed)
     if quality(minimum_first, by_id, slots, policy) > quality(demand_first, by_id, slots, policy):
         return minimum_first
     return demand_first
 
 
-def _pass(items: list[Item], slots: list[Slot], policy: Policy, *, upgrade: bool) -> Placement:
+def _pass(
+    items: list[Item], slots: list[Slot], policy: Policy, *, upgrade: bool,
+    fixed: dict[str, Choice],
+) -> Placement:
     state = PackState(slots)
     placement = Placement(solver="greedy")
     type_bytes = {s.gpu_type: s.total_bytes for s in slots}
-    ordered = item_order(items)
+    for item in items:
+        if item.id in fixed:
+            choice = fixed[item.id]
+            shape = item.shape(choice.gpu_type, choice.tp)
+            state.place(item, choice, choice.units + shape.outside_units_for(
+                type_bytes[choice.gpu_type]))
+            placement.choices[item.id] = choice
+    ordered = item_order(i for i in items if i.id not in fixed)
     for item in ordered:  # spanning replicas first: they need whole empty nodes
         if item.spans_nodes:
             _place(state, placement, item, type_bytes, policy, _by_demand)
@@ -175,6 +191,8 @@ def _pass(items: list[Item], slots: list[Slot], policy: Policy, *, upgrade: bool
     if upgrade:
         _upgrade(state, placement, ordered, type_bytes, policy)
     for item_id, choice in placement.choices.items():
+        if item_id in fixed:
+            continue
         for node, indices in choice.groups():
             if len(indices) > 1 and not _aligned(indices):
                 placement.notes.append(

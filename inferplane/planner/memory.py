@@ -30,7 +30,7 @@ from inferplane.planner.kv_cache import (
     max_model_len_that_fits,
 )
 from inferplane.planner.pipeline import Stage, stage_profile, stages
-from inferplane.planner.vllm_versions import DEFAULT_VLLM_VERSION, era_of
+from inferplane.planner.vllm_versions import DEFAULT_VLLM_VERSION, era_of, parse_version
 from inferplane.planner.weights import (
     DTYPE_BYTES,
     resolve_dtype,
@@ -40,6 +40,14 @@ from inferplane.planner.weights import (
 )
 
 AUTO_MAX_MODEL_LEN = -1
+
+# V0 turns chunked prefill on by itself for long contexts (`EngineArgs.create_engine_config`:
+# `max_model_len > 32768`, on CUDA, without sliding window, speculative decoding or LoRA,
+# for generation models) and then batches its chunked-prefill default instead of a whole
+# max_model_len prompt: 512 tokens, 2048 from v0.6.5 on (vLLM PR 10544).
+V0_LONG_CONTEXT_TOKENS = 32768
+V0_CHUNKED_PREFILL_TOKENS = 2048
+V0_CHUNKED_PREFILL_TOKENS_BEFORE_0_6_5 = 512
 
 
 def _gib(value: float) -> float:
@@ -165,6 +173,28 @@ def _settings_messages(
     return errors, warnings
 
 
+def v0_enables_chunked_prefill(
+    profile: ModelProfile, settings: EngineSettings, max_len: int, era: str
+) -> bool:
+    """True when the V0 engine switches chunked prefill on by itself (the user set no batch
+    budget, the context is longer than 32K, and nothing V0 excludes is in use)."""
+    return (
+        era == "v0"
+        and settings.max_num_batched_tokens is None
+        and max_len > V0_LONG_CONTEXT_TOKENS
+        and profile.default_task == "generate"
+        and profile.sliding_window is None
+        and "sliding" not in profile.layer_attention
+    )
+
+
+def v0_chunked_prefill_tokens(version: str) -> int:
+    """V0's max_num_batched_tokens default once chunked prefill is on."""
+    if parse_version(version) < (0, 6, 5):
+        return V0_CHUNKED_PREFILL_TOKENS_BEFORE_0_6_5
+    return V0_CHUNKED_PREFILL_TOKENS
+
+
 @dataclass
 class _StageMemory:
     """What one pipeline stage (the whole model when PP is 1) holds on each of its GPUs."""
@@ -231,6 +261,12 @@ def estimate_memory(
     default_seqs, default_tokens = default_batch_limits(
         total, gpu.name if gpu else None, max_len, era
     )
+    if v0_enables_chunked_prefill(profile, settings, max_len, era):
+        default_tokens = v0_chunked_prefill_tokens(version)
+        warnings.append(
+            f"vLLM {version} (V0) turns chunked prefill on by itself for max_model_len "
+            f"{max_len} > {V0_LONG_CONTEXT_TOKENS} and batches {default_tokens} tokens per step"
+        )
     max_num_seqs = settings.max_num_seqs or default_seqs
     max_num_batched_tokens = settings.max_num_batched_tokens or default_tokens
 
@@ -246,7 +282,7 @@ def estimate_memory(
         weights = stage_weight_bytes(profile, fmt, tp, part_profile)
         activation = overheads.activation_peak_bytes(
             part_profile, tp, DTYPE_BYTES[dtype], max_num_batched_tokens, max_num_seqs,
-            profile.default_task == "generate" and stage.is_last, era,
+            profile.default_task == "generate" and stage.is_last, era, version,
         )
         non_torch = overheads.non_torch_bytes(tp, era, pp)
         cuda_graph = 0 if settings.enforce_eager else overheads.cuda_graph_bytes(

@@ -14,9 +14,25 @@ from inferplane.planner.vllm_versions import parse_version
 GIB = 1024**3
 MIB = 1024**2
 
-# Sampler warm-up: fp32 logits over the whole vocabulary for every dummy request, plus the
-# copies top-k/top-p sampling makes (probabilities, sort values/indices, noise).
-SAMPLER_BYTES_PER_LOGIT = 12
+# Sampler warm-up (`_dummy_sampler_run`): one row of logits per dummy request over the whole
+# vocabulary, sampled with temperature, top-k (vocab - 1) and top-p, so the top-k/top-p
+# implementation decides the peak. Bytes per logit, by the implementation each release uses
+# by default on CUDA (see sampler_bytes_per_logit):
+# - V0 sampler, measured against V0 logs (its forward peak dominates at its batch sizes).
+SAMPLER_BYTES_PER_LOGIT_V0 = 12
+# - PyTorch-native top-k/top-p (`apply_top_k_top_p`, V1 up to 0.15; FlashInfer's sampler is
+#   opt-in or absent from pip installs): bf16 logits 2 + fp32 copy 4 + sort values 4 + sort
+#   indices 8 + the sort's int64 iota 8 + cub's alternate key/value buffers 12 = 38 B. Matches
+#   the logged peaks: 1.40 GiB at 256 x 151,936 (v0.10.2, L40S) and 4.76-7.38 GiB at 1,024
+#   requests on H100 (llm-d's published profile of five models).
+SAMPLER_BYTES_PER_LOGIT_SORT = 38
+# - Triton top-k/top-p kernels (vLLM PR 33538, from 0.16 on): no full-vocabulary sort;
+#   fitted to the two v0.19 logs (Qwen3-8B and gpt-oss-20b on A100, 19 and 22 B).
+SAMPLER_BYTES_PER_LOGIT_TRITON = 20
+SAMPLER_SORT_FROM = (0, 8, 0)
+SAMPLER_TRITON_FROM = (0, 16, 0)
+# Kept for callers that want one figure: the current release's.
+SAMPLER_BYTES_PER_LOGIT = SAMPLER_BYTES_PER_LOGIT_TRITON
 # Live copies of the hidden state during a forward pass (residual, normed input, output).
 RESIDUAL_COPIES = 3
 # cuBLAS workspaces, attention-backend buffers: present in every process.
@@ -33,6 +49,25 @@ CUDA_GRAPH_BASE_BYTES = int(0.05 * GIB)
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)
 
 
+def sampler_bytes_per_logit(vllm_version: str) -> int:
+    """Peak bytes per (request x vocabulary entry) of the sampler warm-up in this release."""
+    release = parse_version(vllm_version)
+    if release < SAMPLER_SORT_FROM:
+        return SAMPLER_BYTES_PER_LOGIT_V0
+    if release < SAMPLER_TRITON_FROM:
+        return SAMPLER_BYTES_PER_LOGIT_SORT
+    return SAMPLER_BYTES_PER_LOGIT_TRITON
+
+
+def sampler_warmup_bytes(
+    profile: ModelProfile, max_num_batched_tokens: int, max_num_seqs: int, vllm_version: str
+) -> int:
+    """The sampler warm-up alone: min(max_num_seqs, tokens) requests x the whole vocabulary
+    (with TP the logits are gathered, so every rank holds all of them)."""
+    requests = min(max_num_seqs, max_num_batched_tokens)
+    return requests * profile.vocab_size * sampler_bytes_per_logit(vllm_version)
+
+
 def activation_peak_bytes(
     profile: ModelProfile,
     tp: int,
@@ -41,9 +76,15 @@ def activation_peak_bytes(
     max_num_seqs: int,
     generate: bool,
     era: str = "v1new",
+    vllm_version: str | None = None,
 ) -> int:
     """Peak torch allocation of vLLM's profile run: one forward of `max_num_batched_tokens`
-    tokens, then a sampler (or pooler) run over min(max_num_seqs, tokens) requests."""
+    tokens, then a sampler (or pooler) run over min(max_num_seqs, tokens) requests.
+
+    The forward's intermediates are freed before the sampler runs; only its output (the hidden
+    state of every token) stays alive, so the peak is the larger of the forward and the sampler
+    plus that hidden state. At vLLM's H100/H200 default of 1,024 requests the sampler is the
+    larger by far (1,024 x 151,936 logits x 38 B = 5.5 GiB for Qwen3 before 0.16)."""
     tokens = max_num_batched_tokens
     h = profile.hidden_size
     q_width = profile.num_attention_heads * profile.head_dim // tp
@@ -60,13 +101,17 @@ def activation_peak_bytes(
     forward = max(attention, mlp) + residual
     if not generate:
         return forward
-    requests = min(max_num_seqs, max_num_batched_tokens)
-    sampler = requests * profile.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    version = vllm_version or _ERA_VERSION.get(era, "0.21.0")
+    sampler = sampler_warmup_bytes(profile, max_num_batched_tokens, max_num_seqs, version)
     if era == "v0":
         # V0 frees the forward's activations before sampling: the peak is one or the other.
         return max(forward, sampler)
-    # V1 logs show the sampler warm-up on top of the forward peak (kept intermediate buffers).
-    return forward + sampler
+    hidden_kept = tokens * h * dtype_bytes
+    return max(forward, hidden_kept + sampler)
+
+
+# A release of each era, for callers that pass only the era.
+_ERA_VERSION = {"v0": "0.6.4", "v1": "0.8.5", "v1mid": "0.10.2", "v1new": "0.21.0"}
 
 
 def non_torch_bytes(tp: int, era: str = "v1new", pp: int = 1) -> int:
