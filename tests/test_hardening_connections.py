@@ -211,3 +211,13 @@ def test_accepted_sockets_have_tcp_nodelay(fast) -> None:  # type: ignore[no-unt
         for proto in list(app.connections.live):
             server_sock = proto.transport.get_extra_info("socket")
             assert server_sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_oversized_head_on_a_reused_connection_gets_431(fast) -> None:  # type: ignore[no-untyped-def]
+    _, addr = fast
+    with connect(addr) as sock:
+        sock.sendall(request())
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(HEAD + b"X-Big: " + b"a" * 20_000 + b"\r\n")
+        data, _ = read_until_closed(sock)
+    assert data.startswith(b"HTTP/1.1 431 ")

@@ -21,7 +21,7 @@ Every connection also gets TCP_NODELAY: the gateway writes whole responses, so N
 algorithm only adds a delayed-ACK wait (~40 ms) to small answers on reused connections.
 
 Timers are one sweep over the open connections a few times per timeout, not one timer per
-request: the hot path only records a phase and a time.
+request: the hot path only counts head bytes and copies the sweep's clock.
 """
 
 from __future__ import annotations
@@ -36,13 +36,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inferplane.gateway.config import ConnectionLimits
 from inferplane.gateway.errors import error_body
-
-# Phases of a connection.
-IDLE = 0  # between requests (or before the first byte)
-HEAD = 1  # receiving a request line and headers
-BODY = 2  # receiving a request body
-APP = 3  # the request is complete; the gateway is answering
-LINGER = 4  # answered with an error and half-closed; waiting for the client to go
 
 LINGER_S = 2.0  # how long a refused connection may keep sending before it is closed
 _PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
@@ -70,6 +63,8 @@ class Connections:
         self.timed_out: dict[str, int] = {"header": 0, "body": 0, "send": 0}
         self.too_large = 0  # 431s
         self._timer: asyncio.TimerHandle | None = None
+        self.now = 0.0  # loop time of the last sweep (or connection): the protocols' clock
+        self._cap = self._compute_cap()
         lim = self.limits
         shortest = min(lim.header_timeout_s, lim.body_timeout_s, lim.send_timeout_s, LINGER_S)
         self.sweep_s = max(0.02, min(1.0, shortest / 4))
@@ -78,13 +73,18 @@ class Connections:
     def cap(self) -> int:
         """Open connections allowed now: the configured cap, or fewer when the descriptor
         limit (minus the reserve, halved since each may hold an upstream) is lower."""
+        return self._cap
+
+    def _compute_cap(self) -> int:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if soft == resource.RLIM_INFINITY:
             return self.limits.max_connections
         return max(1, min(self.limits.max_connections, (soft - self.limits.fd_reserve) // 2))
 
     def admit(self, proto: GuardedProtocol) -> bool:
-        if len(self.live) >= self.cap:
+        if self._timer is None:  # the first connection after a quiet spell: limits anew
+            self._cap = self._compute_cap()
+        if len(self.live) >= self._cap:
             self.refused += 1
             return False
         self.live.add(proto)
@@ -94,7 +94,8 @@ class Connections:
 
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
-        now = loop.time()
+        self.now = now = loop.time()
+        self._cap = self._compute_cap()
         for proto in list(self.live):
             proto.check(now)
         if self.live:
@@ -131,20 +132,31 @@ _REFUSED = _error_response(
 )
 
 
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a request head above the limit."""
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds above. `guard` is set per gateway by
-    `protocol_for`."""
+    `protocol_for`.
+
+    Cheap on the hot path: two overridden callbacks per request (`data_received`,
+    `on_headers_complete`), no timers and no clock reads (times come from the sweep's
+    clock, `guard.now`). Which phase a connection is in follows from uvicorn's own state:
+    `head_since` is set while a request head is awaited or arriving; a request cycle with
+    `more_body` is receiving its body; any other open cycle is being answered.
+    """
 
     guard: Connections
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.phase = IDLE
-        self.fresh = True  # no byte received yet
-        self.since = 0.0  # loop time: connection opened / head began / last body read
-        self.head_bytes = 0
-        self.head_size = 0
-        self.paused_since: float | None = None
+        self.head_since: float | None = None  # a head is awaited/arriving since then
+        self.head_bytes = 0  # bytes received for the head in progress
+        self.body_at = 0.0  # last read of the request body in progress
+        self.paused_since: float | None = None  # the client stopped reading its answer
+        self.linger_since: float | None = None  # answered with an error, half-closed
+        self.too_big = False
         self.counted = False  # in `guard.live`
 
     # ---- connection --------------------------------------------------------------------
@@ -154,12 +166,14 @@ class GuardedProtocol(HttpToolsProtocol):
         if sock is not None:
             with contextlib.suppress(OSError, AttributeError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.since = self.loop.time()
-        if not self.guard.admit(self):
+        guard = self.guard
+        guard.now = self.loop.time()
+        if not guard.admit(self):
             self.transport = transport
             self._linger(_REFUSED)
             return
         self.counted = True
+        self.head_since = guard.now  # the first head is timed from the connection's opening
         super().connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -169,64 +183,45 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        phase = self.phase
-        if phase == LINGER:
+        if self.linger_since is not None:
             return  # refused: read and drop what the client still sends
-        if phase == IDLE:
-            self.phase = phase = HEAD
-            self.head_bytes = self.head_size = 0
-            if self.fresh:
-                self.fresh = False  # the first head is timed from the connection's opening
-            else:
-                self.since = self.loop.time()
-        elif phase == BODY:
-            self.since = self.loop.time()  # the body timeout is a gap between reads
-        if phase == HEAD:
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:  # between requests: a request head
+            if self.head_since is None:
+                self.head_since = self.guard.now
+                self.head_bytes = 0
             self.head_bytes += len(data)
+        elif cycle.more_body:
+            self.body_at = self.guard.now  # the body timeout is a gap between reads
         super().data_received(data)
-        if self.phase == HEAD and self.head_bytes > self.guard.limits.max_header_bytes:
-            self._too_large()
-
-    # ---- parser callbacks --------------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        self.head_size = 0
-        super().on_message_begin()
-
-    def on_url(self, url: bytes) -> None:
-        self.head_size += len(url)
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.head_size += len(name) + len(value) + 4
-        super().on_header(name, value)
+        if (
+            self.head_since is not None
+            and self.head_bytes > self.guard.limits.max_header_bytes
+            and self.linger_since is None
+        ):
+            self._too_large()  # still no complete head, and already too much of it
 
     def on_headers_complete(self) -> None:
-        if self.head_size > self.guard.limits.max_header_bytes:
-            self._too_large()
-            return
-        self.phase = BODY
-        self.since = self.loop.time()
+        self.head_since = None
+        limit = self.guard.limits.max_header_bytes
+        if self.head_bytes > limit and self._head_size() > limit:
+            self.too_big = True
+            raise _HeadTooLarge  # uvicorn answers parser errors with send_400_response
+        self.body_at = self.guard.now
         super().on_headers_complete()
 
-    def on_body(self, body: bytes) -> None:
-        if self.phase == LINGER:
-            return
-        super().on_body(body)
+    def _head_size(self) -> int:
+        return len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
 
-    def on_message_complete(self) -> None:
-        if self.phase == LINGER:
-            return
-        self.phase = APP
-        super().on_message_complete()
-
-    def on_response_complete(self) -> None:
-        if self.phase == APP:
-            self.phase = IDLE
-        super().on_response_complete()
+    def send_400_response(self, msg: str) -> None:
+        if self.too_big:
+            self.head_since = None
+            self._too_large()
+        else:
+            super().send_400_response(msg)
 
     def pause_writing(self) -> None:
-        self.paused_since = self.loop.time()
+        self.paused_since = self.guard.now
         super().pause_writing()
 
     def resume_writing(self) -> None:
@@ -237,45 +232,47 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def check(self, now: float) -> None:
         """One sweep: enforce the timeouts of the connection's phase."""
-        if self.transport is None or self.transport.is_closing():
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
         lim = self.guard.limits
-        phase = self.phase
-        if phase == LINGER:
-            if now - self.since > LINGER_S:
-                self.transport.close()
-        elif phase == HEAD or (phase == IDLE and self.fresh):
-            if now - self.since > lim.header_timeout_s:
+        if self.linger_since is not None:
+            if now - self.linger_since > LINGER_S:
+                transport.close()
+            return
+        cycle = self.cycle
+        if self.head_since is not None:
+            if now - self.head_since > lim.header_timeout_s:
                 self.guard.timed_out["header"] += 1
-                if self.fresh:
-                    self.transport.close()  # never sent a byte: nothing to answer
+                if self.head_bytes == 0:
+                    transport.close()  # never sent a byte of it: nothing to answer
                 else:
                     msg = f"request head not received within {lim.header_timeout_s:g} s"
                     self._refuse(408, msg)
-        elif phase == BODY:
-            if now - self.since > lim.body_timeout_s:
-                self.guard.timed_out["body"] += 1
-                self._refuse(408, f"no request body data for {lim.body_timeout_s:g} s")
-        elif (
-            phase == APP
-            and self.paused_since is not None
-            and now - self.paused_since > lim.send_timeout_s
-        ):
-            self.guard.timed_out["send"] += 1
-            self._abandon_cycle()
-            self.transport.close()
+        elif cycle is not None and not cycle.response_complete:
+            if cycle.more_body:
+                if now - self.body_at > lim.body_timeout_s:
+                    self.guard.timed_out["body"] += 1
+                    self._refuse(408, f"no request body data for {lim.body_timeout_s:g} s")
+            elif self.paused_since is not None and now - self.paused_since > lim.send_timeout_s:
+                self.guard.timed_out["send"] += 1
+                self._abandon_cycle()
+                transport.close()
 
     def drain(self) -> None:
         """The gateway is shutting down (`Connections.drain`, uvicorn's `shutdown`)."""
-        if self.transport is None or self.transport.is_closing():
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.linger_since is not None:
             return
-        phase = self.phase
-        if phase == IDLE:
-            self.transport.close()
-        elif phase in (HEAD, BODY):
+        cycle = self.cycle
+        if self.head_since is not None and self.head_bytes:
             self._refuse(503, "the gateway is shutting down; retry against another one")
-        elif phase == APP and self.cycle is not None:
-            self.cycle.keep_alive = False  # close once this answer is sent
+        elif cycle is None or cycle.response_complete:
+            transport.close()  # idle
+        elif cycle.more_body:
+            self._refuse(503, "the gateway is shutting down; retry against another one")
+        else:
+            cycle.keep_alive = False  # close once this answer is sent
 
     def shutdown(self) -> None:
         self.drain()
@@ -287,7 +284,9 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` unless a response already started, then close."""
-        started = self.cycle is not None and self.cycle.response_started
+        self.head_since = None
+        cycle = self.cycle  # a finished cycle is the previous request's: not this one
+        started = cycle is not None and not cycle.response_complete and cycle.response_started
         self._abandon_cycle()
         if started:
             self.transport.close()
@@ -304,8 +303,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def _linger(self, response: bytes) -> None:
         """Write `response`, half-close, and drop the connection once the client goes or
         `LINGER_S` passes (closing at once would reset it before the client reads)."""
-        self.phase = LINGER
-        self.since = self.loop.time()
+        self.linger_since = self.guard.now
         transport = self.transport
         transport.write(response)
         if transport.can_write_eof():
