@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Sequence
 
 from inferplane.gateway.admission import AdmissionQueue
@@ -64,6 +65,11 @@ class Pool:
         )
         self.backends: list[Backend] = []
         self._turn = 0
+        # Scale from zero (inferplane.scaling): with no routable replica, `activator()`
+        # True means one is starting or waking, so the request is held in the queue (its
+        # depth and wait bounds apply) instead of a 503; `on_held` hears how long it was.
+        self.activator: Callable[[], bool] | None = None
+        self.on_held: Callable[[float], None] | None = None
         self.set_backends([Backend(url) for url in route.endpoints])
 
     def set_backends(self, backends: Sequence[Backend]) -> None:
@@ -158,8 +164,19 @@ class Pool:
         if b is not None:
             return b
         if not self.any_routable():
-            raise NoReplica
+            if self.activator is None or not self.activator():
+                raise NoReplica
+            return await self._held(ctx, priority)
         return await self.queue.wait(priority, ctx)
+
+    async def _held(self, ctx: RouteContext, priority: int) -> Backend:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            return await self.queue.wait(priority, ctx)
+        finally:
+            if self.on_held is not None:
+                self.on_held(loop.time() - t0)
 
     def release(self, b: Backend) -> None:
         b.outstanding -= 1

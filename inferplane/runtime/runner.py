@@ -24,10 +24,10 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import uvicorn
 
@@ -41,7 +41,13 @@ from inferplane.planner.plan import Plan
 from inferplane.runtime import registry
 from inferplane.runtime.channel import ControlServer
 from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S, DrainGate
-from inferplane.runtime.instances import Instance, plan_sim_instances, plan_simulated
+from inferplane.runtime.instances import (
+    Instance,
+    free_port,
+    plan_sim_instances,
+    plan_simulated,
+    sim_argv,
+)
 from inferplane.runtime.process import raise_nofile_limit
 from inferplane.runtime.state import StateDir
 from inferplane.runtime.supervisor import (
@@ -62,7 +68,12 @@ from inferplane.runtime.vllm_fleet import (
 from inferplane.spec import FleetSpec
 from inferplane.tenancy.service import Tenancy
 
+if TYPE_CHECKING:
+    from inferplane.scaling.controller import ScalingController
+    from inferplane.scaling.placement import Placer
+
 Phase = Literal["starting", "running", "draining", "stopped"]
+MakeRoom = Callable[[str, list[str]], Awaitable[None]]  # (model, instances to yield)
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,9 @@ class RuntimeOptions:
     database_url: str | None = None  # --db; default: $INFERPLANE_DATABASE_URL, the fleet's
     # gateway.database_url, else sqlite in the state directory (STATE/inferplane.db)
     control: bool = True  # the control channel `inferplane restart` talks to
+    # the autoscaler (fleet `scaling:`, docs/scaling.md)
+    placer: Placer | None = None  # default: the planner's incremental placement
+    scaling_interval_s: float | None = None  # default: from the shortest window
 
 
 _gateway_log = logging.getLogger("inferplane.gateway.runtime")
@@ -168,6 +182,10 @@ class Runtime:
                 self.plan, node=self.node, vllm_binary=options.vllm_binary,
                 disk_bandwidth_mib_s=options.disk_bandwidth_mib_s,
             )
+            if fleet.scaling.models:
+                from inferplane.scaling.swap import with_sleep_mode
+
+                self.instances = [with_sleep_mode(fleet, i) for i in self.instances]
             prepare = GpuPinning(options.nvml)
         else:
             self.plan = plan_simulated(fleet, options.plan, options.fleet_path or "")
@@ -203,6 +221,22 @@ class Runtime:
         self.supervisor.hidden_env = frozenset(
             name for name in (gw_spec.admin_token_env, gw_spec.metrics_token_env) if name
         )
+        self._asleep: dict[str, int] = {}  # instance -> sleep level (kept out of routing)
+        self._parked: set[str] = set()  # asleep, or draining before a stop: not routed
+        self._removing: set[str] = set()
+        self.scaling: ScalingController | None = None
+        if fleet.scaling.models and fleet.placed_models:
+            from inferplane.scaling.controller import ScalingController
+            from inferplane.scaling.events import EVENTS_FILE, EventLog
+
+            self.scaling = ScalingController(
+                self, EventLog(self.state_dir.path / EVENTS_FILE),
+                interval_s=options.scaling_interval_s,
+            )
+            for model in self.scaling.scalers:
+                pool = self.gateway.state.pools[model]
+                pool.activator = (lambda m: lambda: self._activate(m))(model)
+                pool.on_held = (lambda m: lambda s: self._held(m, s))(model)
         self.gateway_url = ""
         self._server: _GatewayServer | None = None
         self._server_task: asyncio.Task[None] | None = None
@@ -252,6 +286,8 @@ class Runtime:
                     raise InferplaneError("the gateway stopped while starting")
                 await asyncio.sleep(0.01)
             self.supervisor.start()
+            if self.scaling is not None:
+                self.scaling.start()
             if self.options.control:
                 self.control = ControlServer(self)
                 await self.control.start()
@@ -304,6 +340,8 @@ class Runtime:
         """Stop admitting, wait for in-flight requests (up to the grace period; a forced
         stop cuts it short), then stop the engines and the gateway. True if all finished."""
         self.phase = "draining"
+        if self.scaling is not None:
+            await self.scaling.stop()
         self.gate.close()
         self.gateway.connections.drain()  # idle and slow connections go now, not at the end
         if self.control is not None:
@@ -358,11 +396,271 @@ class Runtime:
         while not self._forced:
             await asyncio.sleep(0.05)
 
+
+    # ---- the elastic fleet (inferplane.scaling calls these) -------------------------------
+
+    def _activate(self, model: str) -> bool:
+        return self.scaling is not None and self.scaling.activate(model)
+
+    def _held(self, model: str, seconds: float) -> None:
+        if self.scaling is not None:
+            self.scaling.held(model, seconds)
+
+    def backend_of(self, name: str) -> Backend:
+        return self._by_instance[name]
+
+    def model_of(self, name: str) -> str:
+        return self.supervisor.records[name].instance.model
+
+    def awake_replicas(self, model: str) -> list[str]:
+        """Instances of `model` running or starting, not asleep and not being removed."""
+        return [
+            name for name, rec in self.supervisor.records.items()
+            if rec.instance.model == model and name not in self._asleep
+            and name not in self._removing
+        ]
+
+    def asleep_replicas(self, model: str) -> list[str]:
+        """Sleeping instances of `model`, the longest asleep first."""
+        return [n for n in self._asleep if self.supervisor.records[n].instance.model == model]
+
+    def asleep_level(self, name: str) -> int:
+        return self._asleep[name]
+
+    def _park(self, name: str) -> None:
+        """The gateway stops routing to the instance now (asleep, or going away)."""
+        self._parked.add(name)
+        backend = self._by_instance[name]
+        if backend.ready:
+            backend.ready = False
+            model = self.model_of(name)
+            self.gateway.state.set_backends(model, self.backends[model])
+
+    def _unpark(self, name: str) -> None:
+        self._parked.discard(name)
+        backend = self._by_instance[name]
+        backend.engine = None  # a reading from before the sleep says "asleep"
+        self._on_change(self.supervisor.records[name])
+
+    async def _drain(self, name: str) -> bool:
+        """Park the instance and wait for its requests in flight (up to the grace period)."""
+        self._park(name)
+        backend = self._by_instance[name]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.grace_period_s
+        while backend.outstanding > 0 and loop.time() < deadline and not self._forced:
+            await asyncio.sleep(0.05)
+        return backend.outstanding == 0
+
+    def pick_victim(self, model: str) -> str:
+        """The replica of `model` whose removal frees the most: not yet ready first, then
+        the one that empties the most cards, then the least busy, then the newest."""
+        from inferplane.scaling.ledger import freed_cards
+
+        names = self.awake_replicas(model)
+        if not names:
+            raise InferplaneError(f"{model} has no awake replica to remove", field="model",
+                                  value=model)
+        planned = {i.id: i for i in self.plan.instances} if self.plan is not None else {}
+        awake = [planned[n] for n in self._awake_ids() if n in planned]
+
+        def key(name: str) -> tuple[int, int, int, int]:
+            rec = self.supervisor.records[name]
+            inst = planned.get(name)
+            freed = freed_cards(awake, inst) if inst is not None else 0
+            return (int(rec.state == "ready"), -freed, self._by_instance[name].outstanding,
+                    -rec.instance.replica)
+
+        return min(names, key=key)
+
+    def _awake_ids(self) -> list[str]:
+        return [n for n in self.supervisor.records if n not in self._asleep]
+
+    def _awake_plan(self) -> Plan:
+        from inferplane.scaling.placement import without
+
+        assert self.plan is not None
+        return without(self.plan, set(self._asleep) | self._removing)
+
+    async def add_replica(self, model: str, candidates: list[str], make_room: MakeRoom) -> str:
+        """Place one more replica of `model` and start it; instances in `candidates` (idle,
+        least recently used first) may be made to yield their GPUs by `make_room`."""
+        spec = self.fleet.model(model)
+        assert spec is not None
+        if self.plan is None:  # a simulated fleet without GPUs: nothing to place on
+            taken = {r.instance.replica for r in self.supervisor.records.values()
+                     if r.instance.model == model}
+            replica = next(i for i in range(len(taken) + 1) if i not in taken)
+            port = free_port()
+            faults = self.options.faults or {}
+            fault = faults.get(f"{model}-{replica}") or faults.get(model)
+            inst = Instance(
+                name=f"{model}-{replica}", model=model, served_name=spec.engine_model_name,
+                replica=replica, port=port, engine="sim",
+                argv=sim_argv(spec, port=port, gpu=self._sim_gpu(), faults=fault),
+                env={**self.fleet.engine.extra_env, **spec.env},
+            )
+        else:
+            inst = await self._place(model, candidates, make_room)
+        backend = Backend(inst.url, ready=False)
+        self.backends.setdefault(model, []).append(backend)
+        self._by_instance[inst.name] = backend
+        self.gateway.state.set_backends(model, self.backends[model])
+        self.instances.append(inst)
+        self.supervisor.add(inst)
+        self._write_state()
+        return inst.name
+
+    def _sim_gpu(self) -> str:
+        from inferplane.runtime.instances import _sim_gpu
+
+        return _sim_gpu(self.fleet)
+
+    async def _place(self, model: str, candidates: list[str], make_room: MakeRoom) -> Instance:
+        from inferplane.scaling.ledger import fits, overlaps
+        from inferplane.scaling.placement import added_instances, planner_placer, without
+
+        assert self.plan is not None
+        place = self.options.placer or planner_placer()
+        awake = self._awake_plan()
+        planned = {i.id: i for i in awake.instances}
+        yielders: list[str] = []
+        first_error: InferplaneError | None = None
+        for k in range(len(candidates) + 1):
+            trial = without(awake, set(candidates[:k]))
+            try:
+                new_plan = place(self.fleet, trial, model, 1)
+            except InferplaneError as exc:
+                first_error = first_error or exc
+                continue
+            [new] = added_instances(trial, new_plan)
+            yielders = [c for c in candidates[:k] if c in planned and overlaps(planned[c], new)]
+            rest = [i for i in awake.instances if i.id not in yielders]
+            if fits(rest, new, awake.card_budget_fraction):
+                break
+        else:
+            assert first_error is not None
+            raise first_error
+        if yielders:
+            await make_room(model, yielders)
+        self.plan = self.plan.model_copy(update={"instances": [*self.plan.instances, new]})
+        one = self.plan.model_copy(update={"instances": [new]})
+        if self.fleet.engine.kind == "vllm":
+            from inferplane.scaling.swap import with_sleep_mode
+
+            assert self.node is not None
+            [inst] = plan_vllm_instances(
+                one, node=self.node, vllm_binary=self.options.vllm_binary,
+                disk_bandwidth_mib_s=self.options.disk_bandwidth_mib_s,
+            )
+            inst = with_sleep_mode(self.fleet, inst)
+        else:
+            [inst] = plan_sim_instances(self.fleet, plan=one, faults=self.options.faults)
+        self._write_plan()
+        return inst
+
+    def _write_plan(self) -> None:
+        if self.plan is not None and self.state_dir.path.exists():
+            (self.state_dir.path / "plan.json").write_text(
+                self.plan.model_dump_json(indent=2) + "\n"
+            )
+
+    async def remove_replica(self, name: str) -> bool:
+        """Drain the instance (stop routing, finish in flight), then stop and forget it."""
+        self._removing.add(name)
+        try:
+            drained = await self._drain(name)
+            model = self.model_of(name)
+            await self.supervisor.remove(name)
+            backend = self._by_instance.pop(name)
+            self.backends[model] = [b for b in self.backends[model] if b is not backend]
+            self.gateway.state.set_backends(model, self.backends[model])
+            self.instances = [i for i in self.instances if i.name != name]
+            self._asleep.pop(name, None)
+            if self.plan is not None:
+                self.plan = self.plan.model_copy(
+                    update={"instances": [i for i in self.plan.instances if i.id != name]}
+                )
+                self._write_plan()
+        finally:
+            self._removing.discard(name)
+            self._parked.discard(name)
+        self._write_state()
+        return drained
+
+    async def sleep_replica(self, name: str, level: int) -> int:
+        """Drain the instance, then put its engine to sleep (vLLM `POST /sleep?level=`);
+        returns the level used. An engine without sleep mode is stopped instead."""
+        from inferplane.scaling.swap import engine_sleep, host_ram_ok, sleep_supported
+
+        if not sleep_supported(self.fleet):
+            await self.remove_replica(name)
+            return 0
+        await self._drain(name)
+        backend = self._by_instance[name]
+        if level == 1 and self.plan is not None:
+            planned = {i.id: i for i in self.plan.instances}.get(name)
+            if planned is not None and not host_ram_ok(planned.weights_bytes):
+                level = 2  # host RAM cannot hold its weights: discard them instead
+        await engine_sleep(self.gateway.session(), backend.url, level)
+        self._asleep[name] = level
+        self._write_state()
+        return level
+
+    def yielders_for_wake(self, name: str, candidates: list[str]) -> list[str] | None:
+        """Which of `candidates` must yield so the asleep `name` fits again (None: none
+        suffice). Without a plan nothing is placed, so nothing needs to yield."""
+        from inferplane.scaling.ledger import fits, overlaps
+
+        if self.plan is None:
+            return []
+        planned = {i.id: i for i in self.plan.instances}
+        me = planned.get(name)
+        if me is None:
+            return []
+        awake = [planned[n] for n in self._awake_ids() if n in planned and n != name
+                 and n not in self._removing]
+        budget = self.plan.card_budget_fraction
+        chosen: list[str] = []
+        for cand in [None, *candidates]:
+            if cand is not None:
+                if cand not in planned or not overlaps(planned[cand], me):
+                    continue
+                chosen.append(cand)
+            rest = [i for i in awake if i.id not in chosen]
+            if fits(rest, me, budget):
+                return chosen
+        return None
+
+    async def wake_replica(self, name: str) -> float:
+        """Wake a sleeping instance (level 2: reallocate, reload the weights, then the KV
+        cache) and route to it again; returns the seconds it took."""
+        from inferplane.scaling.swap import engine_wake
+
+        level = self._asleep[name]
+        backend = self._by_instance[name]
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await engine_wake(self.gateway.session(), backend.url, level)
+        del self._asleep[name]
+        self._unpark(name)
+        self._write_state()
+        return loop.time() - t0
+
+    def _instance_json(self, rec: Supervised) -> dict[str, Any]:
+        out = rec.to_json()
+        name = rec.instance.name
+        if name in self._asleep:
+            out["sleep_level"] = self._asleep[name]
+        if name in self._removing:
+            out["scaling"] = "draining"
+        return out
+
     # ---- state -------------------------------------------------------------------------
 
     def _on_change(self, rec: Supervised) -> None:
         backend = self._by_instance[rec.instance.name]
-        ready = rec.state == "ready"
+        ready = rec.state == "ready" and rec.instance.name not in self._parked
         if backend.ready != ready:
             backend.ready = ready
             # set_backends keeps the same objects and hands free slots to queued requests.
@@ -382,7 +680,8 @@ class Runtime:
                 {"model": m.name, "endpoints": list(m.endpoints or [])}
                 for m in self.fleet.endpoint_models
             ],
-            "instances": [r.to_json() for r in self.supervisor.records.values()],
+            "instances": [self._instance_json(r) for r in self.supervisor.records.values()],
+            "scaling": self.scaling.status() if self.scaling is not None else None,
             "log_dir": str(self.state_dir.log_dir.resolve()),
             "tenancy": self._tenancy_status(),
         }
@@ -410,6 +709,10 @@ class Runtime:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(self.tenancy.store.url + "\n")
+
+    def write_state(self) -> None:
+        """STATE/state.json now (the autoscaler calls it after each event)."""
+        self._write_state()
 
     def _write_state(self) -> None:
         if self.state_dir.path.exists():

@@ -233,6 +233,36 @@ class Supervisor:
         self._set(rec, "starting")  # a `failed` instance starts over
         self._tasks[name] = asyncio.get_running_loop().create_task(self._run(rec))
 
+    def add(self, instance: Instance) -> Supervised:
+        """Supervise one more instance (a replica the autoscaler adds) and start it now."""
+        if instance.name in self.records:
+            raise InferplaneError(f"instance {instance.name} is already supervised",
+                                  field="instance", value=instance.name)
+        rec = Supervised(instance)
+        self.records[instance.name] = rec
+        self._kick[instance.name] = asyncio.Event()
+        self._tasks[instance.name] = asyncio.get_running_loop().create_task(self._run(rec))
+        self._notify(rec)
+        return rec
+
+    async def remove(self, name: str) -> None:
+        """Stop supervising one instance and stop its engine (the caller drains it first).
+        Its record is `stopped` for the last callback, then forgotten."""
+        rec = self.records[name]
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._stop_process(rec)
+        rec.state = "stopped"
+        self._notify(rec)
+        del self.records[name]
+        self._kick.pop(name, None)
+        rotating = self._logs.pop(name, None)
+        if rotating is not None:
+            rotating.close()
+
     async def stop(self) -> None:
         """Stop supervising and stop every engine (SIGTERM, then SIGKILL), in parallel."""
         for task in self._tasks.values():
@@ -268,10 +298,25 @@ class Supervisor:
                 self._survived(rec, "state callback", exc)
 
     def _survived(self, rec: Supervised, where: str, exc: BaseException) -> None:
-        """Count and log an exception supervision goes on after."""
+        """Count and log an exception supervision goes on after, and publish it (status
+        then says the supervisor cannot check)."""
         rec.supervisor_errors += 1
         rec.check_error = f"{where}: {type(exc).__name__}: {exc}"
         log.warning("%s: supervision survived %s", rec.instance.name, rec.check_error)
+        self._publish(rec)
+
+    def _publish(self, rec: Supervised) -> None:
+        """Best effort: tell `on_change` (the state file) without a state transition."""
+        if self._on_change is not None:
+            with contextlib.suppress(Exception):
+                self._on_change(rec)
+
+    def _checked(self, rec: Supervised) -> None:
+        """A probe got an answer: the supervisor can check again."""
+        rec.checked_at = time.time()
+        if rec.check_error is not None:
+            rec.check_error = None
+            self._publish(rec)
 
     def _set(self, rec: Supervised, state: InstanceState, error: str | None = None) -> None:
         if error is not None:
@@ -410,7 +455,7 @@ class Supervisor:
                 self._survived(rec, "readiness check", exc)
                 why = f"cannot check: {exc}"
             else:
-                rec.checked_at, rec.check_error = time.time(), None
+                self._checked(rec)
                 if not why:
                     return None
             await asyncio.sleep(interval)
@@ -449,7 +494,7 @@ class Supervisor:
                     interval = min(interval * 2, s.backoff_max_s)
                     continue
                 interval = s.probe_interval_s
-                rec.checked_at, rec.check_error = time.time(), None
+                self._checked(rec)
                 if why is None:
                     if failures:
                         failures = 0

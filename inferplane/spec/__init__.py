@@ -20,7 +20,7 @@ from inferplane.spec.model import (
     TimeoutsSpec,
 )
 from inferplane.spec.problems import FleetValidationError, Problem
-from inferplane.spec.scaling import ModelScaling, ScalingPolicy, ScalingSpec
+from inferplane.spec.scaling import ModelScaling, ScalingPolicy, ScalingSpec, SleepPolicy
 from inferplane.spec.summary import FleetSummary, summarize
 from inferplane.spec.traffic import KeyLimits, LimitsSpec, RouteBackend, RouteSpec
 
@@ -54,6 +54,7 @@ __all__ = [
     "RoutingSpec",
     "ScalingPolicy",
     "ScalingSpec",
+    "SleepPolicy",
     "Task",
     "TimeoutsSpec",
     "extra_args_argv",

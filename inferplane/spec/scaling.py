@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from inferplane.spec.base import SpecModel
@@ -19,12 +21,28 @@ class ScalingPolicy(SpecModel):
     stabilization_s: PositiveFloat = 300.0  # no opposite move within this time
 
 
+class SleepPolicy(SpecModel):
+    """Put replicas to sleep (vLLM sleep mode) instead of stopping them (docs/scaling.md).
+
+    Level 1 offloads the weights to host RAM and discards the KV cache: waking copies them
+    back (seconds), but every sleeping replica holds its weights in host RAM. Level 2
+    discards the weights too: waking reloads them from disk (slower, no host RAM held).
+    Both keep the process, its CUDA context and compiled graphs, so either wakes far
+    faster than a cold start.
+    """
+
+    level: Literal[1, 2] = 1
+
+
 class ModelScaling(SpecModel):
     """Replica bounds for one model. A floor of 1 avoids minutes of cold start (P28)."""
 
     min_replicas: NonNegativeInt = 1
     max_replicas: PositiveInt
     policy: ScalingPolicy | None = None  # None: scaling.policy
+    # Scale down by sleeping (the process stays; the GPU memory is freed) and wake first
+    # when scaling up; a sleeping or idle replica yields its GPU to a model that needs it.
+    sleep: SleepPolicy | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> ModelScaling:

@@ -1,0 +1,355 @@
+"""The local autoscaler and swapper of `inferplane up`: observe, decide, act.
+
+Every `interval_s` (and at once when the gateway holds a request for a model with no
+awake replica) each scaled model is observed - its awake replicas, the engines'
+`vllm:num_requests_waiting` / `num_requests_running` / KV usage (read from each ready
+replica's `/metrics`), the gateway's queue and in-flight count - and its
+`ModelAutoscaler` decides. Actions run one at a time per model, through the runtime:
+
+- **up**: wake a sleeping replica of the model if it has one, else place a new one
+  (`Placer`: the planner's incremental placement) and start it;
+- **down**: the replica whose removal frees the most (whole cards first, then the least
+  busy, then the newest) is drained - the gateway stops routing to it, its requests in
+  flight finish - then put to sleep (`scaling.models.M.sleep`) or stopped;
+- **room**: when the model's replica does not fit next to the awake ones, idle replicas
+  of other models above their `min_replicas` yield, least recently used first (sleep
+  when their model sleeps, else stop). Nothing busy ever yields: the request waits
+  (bounded by the queue's wait) and the next tick tries again.
+
+Each action is an event (`EventLog`) with its reason, and the state is exported as
+Prometheus metrics (`ScalingMetrics`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from inferplane.errors import InferplaneError
+from inferplane.gateway.engine_metrics import parse_engine_load
+from inferplane.scaling.events import EventLog
+from inferplane.scaling.metrics import ModelState, ScalingMetrics
+from inferplane.scaling.policy import Decision, ModelAutoscaler, Observation
+
+if TYPE_CHECKING:
+    from inferplane.runtime.runner import Runtime
+
+log = logging.getLogger("inferplane.scaling")
+
+
+@dataclass
+class _Busy:
+    last_busy: float  # monotonic time the replica last had requests in flight
+
+
+class ScalingController:
+    def __init__(
+        self,
+        runtime: Runtime,
+        events: EventLog,
+        *,
+        interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.runtime = runtime
+        self.events = events
+        self.clock = clock
+        fleet = runtime.fleet
+        self.scalers: dict[str, ModelAutoscaler] = {
+            name: ModelAutoscaler(name, bounds, fleet.scaling.policy_for(name))
+            for name, bounds in fleet.scaling.models.items()
+            if name in runtime.gateway.state.pools
+        }
+        if interval_s is None:
+            shortest = min(
+                (min(s.policy.scale_up_window_s, s.policy.scale_down_window_s)
+                 for s in self.scalers.values()), default=1.0,
+            )
+            interval_s = max(0.05, min(2.0, shortest / 4))
+        self.interval_s = interval_s
+        self.metrics = ScalingMetrics(runtime.gateway.metrics.registry, self._states)
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._acting: dict[str, asyncio.Task[None]] = {}
+        self._busy: dict[str, _Busy] = {}
+        self._refused: dict[str, str] = {}  # model -> the last refusal logged
+        self.errors = 0
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._acting.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._task = None
+        self._acting.clear()
+
+    def activate(self, model: str) -> bool:
+        """The gateway asks for `model`, which has no awake replica: True when a replica
+        is starting or waking (or will, now), so the request is held instead of a 503."""
+        scaler = self.scalers.get(model)
+        if scaler is None or self.runtime.phase in ("draining", "stopped"):
+            return False
+        rt = self.runtime
+        awake = rt.awake_replicas(model)
+        starting = any(rt.supervisor.records[n].state == "starting" for n in awake)
+        if awake and not starting and model not in self._acting:
+            return False  # replicas exist but none is routable: the supervisor's business
+        self._kick.set()
+        return True
+
+    def held(self, model: str, seconds: float) -> None:
+        self.metrics.hold.labels(model).observe(seconds)
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self.interval_s)
+            self._kick.clear()
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the loop never dies: count, log, go on
+                self.errors += 1
+                log.warning("autoscaler tick failed: %s: %s", type(exc).__name__, exc)
+
+    async def tick(self) -> list[Decision]:
+        if self.runtime.phase in ("draining", "stopped"):
+            return []
+        decisions: list[Decision] = []
+        await self._read_engines()
+        now = self.clock()
+        for model, scaler in self.scalers.items():
+            if model in self._acting:
+                continue
+            decision = scaler.observe(now, self.observe(model))
+            if decision is None:
+                continue
+            decisions.append(decision)
+            self.metrics.decisions.labels(model, decision.action).inc()
+            self._acting[model] = asyncio.get_running_loop().create_task(
+                self._act(decision)
+            )
+        return decisions
+
+    async def _read_engines(self) -> None:
+        loop = asyncio.get_running_loop()
+        session = self.runtime.gateway.session()
+        jobs = []
+        for model in self.scalers:
+            for name in self.runtime.awake_replicas(model):
+                backend = self.runtime.backend_of(name)
+                if backend.ready:
+                    jobs.append(self._read_one(session, backend, loop.time()))
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    @staticmethod
+    async def _read_one(session: Any, backend: Any, now: float) -> None:
+        import aiohttp
+
+        try:
+            async with session.get(backend.url + "/metrics",
+                                   timeout=aiohttp.ClientTimeout(total=1.0)) as resp:
+                text = await resp.text() if resp.status == 200 else ""
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            text = ""
+        if text:
+            backend.engine = parse_engine_load(text, now)
+
+    def observe(self, model: str) -> Observation:
+        rt = self.runtime
+        pool = rt.gateway.state.pools[model]
+        names = rt.awake_replicas(model)
+        now = self.clock()
+        waiting = float(len(pool.queue))
+        in_flight = 0
+        kv: float | None = None
+        starting = 0
+        for name in names:
+            rec = rt.supervisor.records[name]
+            backend = rt.backend_of(name)
+            if rec.state != "ready":
+                starting += rec.state in ("starting", "restarting")
+                continue
+            in_flight += backend.outstanding
+            if backend.outstanding > 0 or name not in self._busy:
+                self._busy[name] = _Busy(now)
+            load = backend.engine
+            if load is not None:
+                waiting += load.waiting
+                kv = load.kv_usage if kv is None else max(kv, load.kv_usage)
+        held = len(pool.queue) if not pool.any_routable() else 0
+        return Observation(
+            replicas=len(names), starting=starting, waiting=waiting, in_flight=in_flight,
+            capacity_per_replica=pool.cap, kv_usage=kv, held=held,
+        )
+
+    # ---- acting -------------------------------------------------------------------------
+
+    async def _act(self, d: Decision) -> None:
+        try:
+            if d.action == "scale_up":
+                await self._scale_up(d)
+            else:
+                await self._scale_down(d)
+        except asyncio.CancelledError:
+            raise
+        except InferplaneError as exc:
+            self._refuse(d, str(exc))
+        except Exception as exc:
+            self.errors += 1
+            self._refuse(d, f"{type(exc).__name__}: {exc}", kind="failed")
+        finally:
+            self._acting.pop(d.model, None)
+            self.runtime.write_state()  # status shows the event
+            self._kick.set()  # held requests may be waiting on the next decision
+
+    def _refuse(self, d: Decision, why: str, kind: str = "refused") -> None:
+        scaler = self.scalers[d.model]
+        scaler.desired = d.current
+        if self._refused.get(d.model) != why:  # one event per distinct refusal
+            self._refused[d.model] = why
+            self.events.add(d.model, kind, f"{d.action} not done: {why}", d.current, d.current)
+            log.warning("%s: %s not done: %s", d.model, d.action, why)
+
+    async def _scale_up(self, d: Decision) -> None:
+        rt = self.runtime
+        from_zero = d.current == 0
+        asleep = rt.asleep_replicas(d.model)
+        if asleep:
+            name = asleep[0]
+            await self._make_room(d.model, name)
+            level = rt.asleep_level(name)
+            seconds = await rt.wake_replica(name)
+            self._refused.pop(d.model, None)
+            self.events.add(d.model, "wake", f"{d.reason}; woke {name} (sleep level {level}) "
+                            f"in {seconds:.2f} s", d.current, d.current + 1, name)
+            if from_zero:
+                self.metrics.cold_starts.labels(d.model, "wake").inc()
+            return
+        name = await rt.add_replica(d.model, self.yield_candidates(d.model),
+                                    self._make_room_for_new)
+        self._refused.pop(d.model, None)
+        self.events.add(d.model, "scale_up", f"{d.reason}; started {name}", d.current,
+                        d.current + 1, name)
+        if from_zero:
+            self.metrics.cold_starts.labels(d.model, "start").inc()
+
+    async def _scale_down(self, d: Decision) -> None:
+        rt = self.runtime
+        name = rt.pick_victim(d.model)
+        sleep = self.scalers[d.model].bounds.sleep
+        if sleep is not None:
+            level = await rt.sleep_replica(name, sleep.level)
+            self.events.add(d.model, "sleep", f"{d.reason}; {name} asleep (level {level})",
+                            d.current, d.current - 1, name)
+        else:
+            drained = await rt.remove_replica(name)
+            note = "" if drained else " (grace period over: requests in flight were cut)"
+            self.events.add(d.model, "scale_down", f"{d.reason}; drained and stopped {name}"
+                            f"{note}", d.current, d.current - 1, name)
+        self._busy.pop(name, None)
+
+    # ---- room on the GPUs ---------------------------------------------------------------
+
+    def yield_candidates(self, model: str) -> list[str]:
+        """Awake, idle replicas of other models above their floor, LRU first."""
+        rt = self.runtime
+        out: list[tuple[float, str]] = []
+        for other, scaler in self.scalers.items():
+            if other == model or other in self._acting:
+                continue
+            pool = rt.gateway.state.pools[other]
+            names = rt.awake_replicas(other)
+            spare = len(names) - scaler.bounds.min_replicas
+            if spare <= 0 or len(pool.queue):
+                continue
+            idle = [n for n in names if rt.backend_of(n).outstanding == 0]
+            idle.sort(key=lambda n: self._busy[n].last_busy if n in self._busy else 0.0)
+            out += [(self._busy[n].last_busy if n in self._busy else 0.0, n)
+                    for n in idle[:spare]]
+        return [n for _, n in sorted(out)]
+
+    async def _make_room(self, model: str, name: str) -> None:
+        """Make the asleep replica `name` fit next to the awake ones (others yield)."""
+        rt = self.runtime
+        needed = rt.yielders_for_wake(name, self.yield_candidates(model))
+        if needed is None:
+            raise InferplaneError(
+                f"no room to wake {name}: the replicas on its GPUs are busy or at their "
+                "min_replicas", field=f"scaling.models.{model}", value=name,
+                fix="it is tried again while requests wait; lower another model's "
+                "min_replicas to let it yield",
+            )
+        for victim in needed:
+            await self._yield(victim, f"its GPU is needed to wake {name} ({model})")
+
+    async def _make_room_for_new(self, model: str, victims: list[str]) -> None:
+        for victim in victims:
+            await self._yield(victim, f"its GPU is needed for a new replica of {model}")
+
+    async def _yield(self, name: str, why: str) -> None:
+        rt = self.runtime
+        other = rt.model_of(name)
+        before = len(rt.awake_replicas(other))
+        sleep = self.scalers[other].bounds.sleep
+        if sleep is not None:
+            level = await rt.sleep_replica(name, sleep.level)
+            self.events.add(other, "sleep", f"yields: {why}; {name} asleep (level {level})",
+                            before, before - 1, name)
+        else:
+            await rt.remove_replica(name)
+            self.events.add(other, "scale_down", f"yields: {why}; drained and stopped {name}",
+                            before, before - 1, name)
+        scaler = self.scalers[other]
+        scaler.desired = before - 1
+        scaler.last_down_at = self.clock()
+
+    # ---- state --------------------------------------------------------------------------
+
+    def _states(self) -> list[ModelState]:
+        rt = self.runtime
+        out = []
+        for model, s in self.scalers.items():
+            last = s.last
+            current = len(rt.awake_replicas(model))
+            out.append(ModelState(
+                model, s.desired if s.desired is not None else current, current,
+                len(rt.asleep_replicas(model)),
+                last.action if last else None, last.reason if last else None,
+                time.time() - (self.clock() - last.at) if last else None,
+            ))
+        return out
+
+    def status(self) -> dict[str, Any]:
+        models = {}
+        for state in self._states():
+            scaler = self.scalers[state.model]
+            models[state.model] = {
+                "min_replicas": scaler.bounds.min_replicas,
+                "max_replicas": scaler.bounds.max_replicas,
+                "desired": state.desired,
+                "current": state.current,
+                "asleep": state.sleeping,
+                "signal": scaler.signal,
+                "last_decision": (
+                    {"action": state.last_action, "reason": state.last_reason,
+                     "at": state.last_at} if state.last_action else None
+                ),
+            }
+        return {"models": models, "events": self.events.recent(20), "errors": self.errors}

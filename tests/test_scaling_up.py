@@ -1,0 +1,151 @@
+"""The local autoscaler in `up`, for real: simulated engine processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from inferplane.engines.sim.config import FaultConfig
+from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.scaling.events import read_events
+from inferplane.spec import load_fleet
+
+FAST = SupervisorSettings(
+    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
+    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
+)
+ELASTIC = """\
+engine: sim
+models:
+  - name: chat
+    source: Qwen/Qwen3-0.6B
+    max_model_len: 4096
+    max_num_seqs: 2
+    replicas: {replicas}
+    routing: {{max_queue_depth: {depth}, max_queue_wait_s: {wait}}}
+scaling:
+  policy: {{target_waiting_requests: 1, scale_up_window_s: 0.3, scale_down_window_s: 0.8,
+           stabilization_s: 0.5}}
+  models:
+    chat: {{min_replicas: {min}, max_replicas: 2}}
+"""
+
+
+async def _runtime(tmp_path: Path, *, replicas: int = 1, min_r: int = 1, depth: int = 64,
+                   wait: float = 30, faults: dict[str, FaultConfig] | None = None) -> Runtime:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(ELASTIC.format(replicas=replicas, min=min_r, depth=depth, wait=wait))
+    rt = Runtime(load_fleet(path), RuntimeOptions(
+        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
+        tenancy=False, control=False, scaling_interval_s=0.05, faults=faults,
+    ))
+    await rt.start()
+    assert await rt.wait_settled(30)
+    return rt
+
+
+@pytest.fixture
+async def elastic(tmp_path: Path) -> AsyncIterator[Runtime]:
+    rt = await _runtime(tmp_path)
+    yield rt
+    await rt.drain_and_stop()
+
+
+def _body(max_tokens: int, stream: bool = False) -> dict[str, object]:
+    return {"model": "chat", "max_tokens": max_tokens, "ignore_eos": True, "stream": stream,
+            "messages": [{"role": "user", "content": "hello"}]}
+
+
+async def _until(predicate: object, timeout_s: float = 20) -> None:
+    async def poll() -> None:
+        while not predicate():  # type: ignore[operator]
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), timeout_s)
+
+
+async def test_a_queue_above_target_adds_a_replica_that_gets_traffic_then_idle_drains_it(
+    elastic: Runtime,
+) -> None:
+    rt = elastic
+    statuses: list[int] = []
+    stop = asyncio.Event()
+
+    async def user(client: httpx.AsyncClient) -> None:
+        while not stop.is_set():
+            r = await client.post(rt.gateway_url + "/v1/chat/completions", json=_body(400))
+            statuses.append(r.status_code)
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        users = [asyncio.create_task(user(client)) for _ in range(8)]
+        await _until(lambda: len(rt.backends["chat"]) == 2)
+        new = rt.backends["chat"][1]
+        await _until(lambda: new.ready and new.outstanding > 0)  # the gateway routes to it
+        stop.set()
+        await asyncio.gather(*users)
+        # one user keeps asking while the idle window passes: the victim drains first
+        stop.clear()
+        trickle = asyncio.create_task(user(client))
+        await _until(lambda: len(rt.awake_replicas("chat")) == 1, 30)
+        stop.set()
+        await trickle
+    assert statuses and set(statuses) == {200}, statuses
+    kinds = [e["kind"] for e in read_events(rt.state_dir.path)]
+    assert kinds[:2] == ["scale_up", "scale_down"], kinds
+    up, down = read_events(rt.state_dir.path)[:2]
+    assert "waiting per replica" in up["reason"] and up["replicas_after"] == 2
+    assert "idle for" in down["reason"] and "drained and stopped" in down["reason"]
+    status = json.loads(rt.state_dir.state_file.read_text())
+    assert status["scaling"]["models"]["chat"]["current"] == 1
+    assert status["scaling"]["events"][-1]["kind"] == "scale_down"
+    metrics = rt.gateway.metrics.render().decode()
+    assert 'inferplane_autoscaler_desired_replicas{model="chat"} 1.0' in metrics
+    assert 'inferplane_autoscaler_decisions_total{action="scale_up",model="chat"} 1.0' in metrics
+    assert "inferplane_autoscaler_last_decision_timestamp_seconds" in metrics
+
+
+async def test_a_model_at_zero_answers_its_first_requests_after_a_held_wait(
+    tmp_path: Path,
+) -> None:
+    rt = await _runtime(tmp_path, replicas=0, min_r=0)
+    try:
+        assert rt.awake_replicas("chat") == []
+        async with httpx.AsyncClient(timeout=30) as client:
+            r = await client.post(rt.gateway_url + "/v1/chat/completions", json=_body(3))
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["message"]["content"]
+            await _until(lambda: rt.awake_replicas("chat") == [], 30)  # idle: back to zero
+            async with client.stream("POST", rt.gateway_url + "/v1/chat/completions",
+                                     json=_body(3, stream=True)) as resp:
+                assert resp.status_code == 200
+                text = "".join([chunk async for chunk in resp.aiter_text()])
+        assert text.rstrip().endswith("data: [DONE]") and '"delta"' in text
+        metrics = rt.gateway.metrics.render().decode()
+        assert 'inferplane_model_cold_starts_total{kind="start",model="chat"} 2.0' in metrics
+        assert 'inferplane_model_hold_seconds_count{model="chat"} 2.0' in metrics
+        assert "scale from zero" in read_events(rt.state_dir.path)[0]["reason"]
+    finally:
+        await rt.drain_and_stop()
+
+
+async def test_held_requests_are_bounded_by_queue_depth_and_wait(tmp_path: Path) -> None:
+    # the engine takes 3 s to load; the queue holds 1 request for at most 1 s
+    rt = await _runtime(tmp_path, replicas=0, min_r=0, depth=1, wait=1.0,
+                        faults={"chat": FaultConfig(load_time_s=3)})
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            url = rt.gateway_url + "/v1/chat/completions"
+            first = asyncio.create_task(client.post(url, json=_body(3)))
+            await _until(lambda: len(rt.gateway.state.pools["chat"].queue) == 1)
+            second = await client.post(url, json=_body(3))
+            late = await first
+        assert second.status_code == 429 and second.headers["retry-after"]
+        assert late.status_code == 503 and late.headers["retry-after"]
+        assert "within 1 s" in late.json()["error"]["message"]
+    finally:
+        await rt.drain_and_stop()
