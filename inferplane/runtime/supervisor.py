@@ -298,25 +298,10 @@ class Supervisor:
                 self._survived(rec, "state callback", exc)
 
     def _survived(self, rec: Supervised, where: str, exc: BaseException) -> None:
-        """Count and log an exception supervision goes on after, and publish it (status
-        then says the supervisor cannot check)."""
+        """Count and log an exception supervision goes on after."""
         rec.supervisor_errors += 1
         rec.check_error = f"{where}: {type(exc).__name__}: {exc}"
         log.warning("%s: supervision survived %s", rec.instance.name, rec.check_error)
-        self._publish(rec)
-
-    def _publish(self, rec: Supervised) -> None:
-        """Best effort: tell `on_change` (the state file) without a state transition."""
-        if self._on_change is not None:
-            with contextlib.suppress(Exception):
-                self._on_change(rec)
-
-    def _checked(self, rec: Supervised) -> None:
-        """A probe got an answer: the supervisor can check again."""
-        rec.checked_at = time.time()
-        if rec.check_error is not None:
-            rec.check_error = None
-            self._publish(rec)
 
     def _set(self, rec: Supervised, state: InstanceState, error: str | None = None) -> None:
         if error is not None:
@@ -455,7 +440,7 @@ class Supervisor:
                 self._survived(rec, "readiness check", exc)
                 why = f"cannot check: {exc}"
             else:
-                self._checked(rec)
+                rec.checked_at, rec.check_error = time.time(), None
                 if not why:
                     return None
             await asyncio.sleep(interval)
@@ -494,7 +479,7 @@ class Supervisor:
                     interval = min(interval * 2, s.backoff_max_s)
                     continue
                 interval = s.probe_interval_s
-                self._checked(rec)
+                rec.checked_at, rec.check_error = time.time(), None
                 if why is None:
                     if failures:
                         failures = 0
