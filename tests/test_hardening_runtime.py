@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 from pathlib import Path
 
@@ -72,6 +73,8 @@ async def test_supervision_survives_exceptions_in_health_checks(
         assert rec.check_error is not None and "Too many open files" in rec.check_error
         status = rt.status()["instances"][0]
         assert status["check_error"] == rec.check_error  # status tells it cannot check
+        written = json.loads((tmp_path / "s" / "state.json").read_text())["instances"][0]
+        assert "Too many open files" in written["check_error"]  # what `status` reads
         assert rec.state == "ready" and rec.pid == pid  # not an engine failure: no restart
         task = rt.supervisor._tasks["chat-0"]
         assert not task.done()
@@ -88,6 +91,8 @@ async def test_supervision_survives_exceptions_in_health_checks(
         await _until(lambda: rec.checked_at is not None and rec.checked_at != checked)
         rt.supervisor._on_change = real_change
         await _until(lambda: rec.check_error is None)
+        await _until(lambda: json.loads((tmp_path / "s" / "state.json").read_text())[
+            "instances"][0]["check_error"] is None)  # fmt: skip
         assert not task.done() and rec.state == "ready" and rec.restarts == 0
         async with httpx.AsyncClient(timeout=30) as client:
             r = await client.post(rt.gateway_url + "/v1/chat/completions", json={

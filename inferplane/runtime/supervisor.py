@@ -186,6 +186,7 @@ class Supervisor:
         self._prepare = prepare
         self.drain_instance = drain_instance  # before a manual restart stops the process
         self.hidden_env: frozenset[str] = frozenset()  # never passed to engines (secrets)
+        self._stale: set[str] = set()  # instances whose last on_change failed
         self._gpu_locks: dict[str, asyncio.Lock] = {}
         self._start_slots: asyncio.Semaphore | None = None
         self.log_dir = log_dir
@@ -295,13 +296,36 @@ class Supervisor:
             try:
                 self._on_change(rec)
             except Exception as exc:  # e.g. the state file cannot be written (EMFILE)
+                self._stale.add(rec.instance.name)
                 self._survived(rec, "state callback", exc)
+            else:
+                self._stale.discard(rec.instance.name)
 
     def _survived(self, rec: Supervised, where: str, exc: BaseException) -> None:
-        """Count and log an exception supervision goes on after."""
+        """Count and log an exception supervision goes on after, and publish it (status
+        then says the supervisor cannot check)."""
         rec.supervisor_errors += 1
         rec.check_error = f"{where}: {type(exc).__name__}: {exc}"
         log.warning("%s: supervision survived %s", rec.instance.name, rec.check_error)
+        self._publish(rec)
+
+    def _publish(self, rec: Supervised) -> None:
+        """Best effort: tell `on_change` (the state file) without a state transition; one
+        that fails is retried after the next probe that gets an answer."""
+        if self._on_change is not None:
+            try:
+                self._on_change(rec)
+            except Exception:
+                self._stale.add(rec.instance.name)
+            else:
+                self._stale.discard(rec.instance.name)
+
+    def _checked(self, rec: Supervised) -> None:
+        """A probe got an answer: the supervisor can check again."""
+        rec.checked_at = time.time()
+        if rec.check_error is not None or rec.instance.name in self._stale:
+            rec.check_error = None
+            self._publish(rec)
 
     def _set(self, rec: Supervised, state: InstanceState, error: str | None = None) -> None:
         if error is not None:
@@ -440,7 +464,7 @@ class Supervisor:
                 self._survived(rec, "readiness check", exc)
                 why = f"cannot check: {exc}"
             else:
-                rec.checked_at, rec.check_error = time.time(), None
+                self._checked(rec)
                 if not why:
                     return None
             await asyncio.sleep(interval)
@@ -479,7 +503,7 @@ class Supervisor:
                     interval = min(interval * 2, s.backoff_max_s)
                     continue
                 interval = s.probe_interval_s
-                rec.checked_at, rec.check_error = time.time(), None
+                self._checked(rec)
                 if why is None:
                     if failures:
                         failures = 0
