@@ -94,6 +94,10 @@ def test_slowloris_gets_408_within_the_header_timeout(fast) -> None:  # type: ig
     assert b'"code":408' in data and b"connection: close" in data
     assert closed - t0 < 5
     assert app.connections.timed_out["header"] == before + 1
+    with http_client() as client:
+        text = client.get(f"http://{addr[0]}:{addr[1]}/metrics").text
+    assert 'inferplane_client_connections_closed_total{reason="header_timeout"}' in text
+    assert "inferplane_client_connections_cap " in text
 
 
 def test_a_slow_body_gets_408_within_the_body_timeout(fast) -> None:  # type: ignore[no-untyped-def]

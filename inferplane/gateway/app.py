@@ -22,7 +22,7 @@ from inferplane.gateway.accesslog import AccessLog
 from inferplane.gateway.admission import BATCH, INTERACTIVE, QueueFull, QueueTimeout
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.config import GatewayConfig, ModelRoute
-from inferplane.gateway.connections import Connections
+from inferplane.gateway.connections import Connections, ConnectionsCollector
 from inferplane.gateway.errors import ClientError, error_body, sse_error_event
 from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
@@ -156,6 +156,7 @@ class GatewayApp:
         self.state = GatewayState(config, on_unusable=self._count_unusable)
         self.access_log = AccessLog(config.access_log_path) if config.access_log else None
         self.connections = Connections(config.connections)  # client connection bounds
+        self.metrics.registry.register(ConnectionsCollector(self.connections))
         self._session: aiohttp.ClientSession | None = None
         self.monitor = Monitor(
             self.state,

@@ -32,6 +32,8 @@ import resource
 import socket
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inferplane.gateway.config import ConnectionLimits
@@ -112,10 +114,38 @@ class Connections:
             self._timer.cancel()
             self._timer = None
 
-    def stats(self) -> dict[str, int]:
-        return {"open": len(self.live), "cap": self.cap, "refused": self.refused,
-                "too_large": self.too_large, **{f"timed_out_{k}": v
-                                                for k, v in self.timed_out.items()}}  # fmt: skip
+
+class ConnectionsCollector(Collector):
+    """`/metrics` for client connections, read at scrape time (nothing per request)."""
+
+    def __init__(self, connections: Connections) -> None:
+        self.connections = connections
+
+    def collect(self) -> Any:
+        c = self.connections
+        yield GaugeMetricFamily(
+            "inferplane_client_connections", "Open client connections", value=len(c.live)
+        )
+        yield GaugeMetricFamily(
+            "inferplane_client_connections_cap",
+            "Client connections allowed (max_connections, or less near the fd limit)",
+            value=c.cap,
+        )
+        refused = CounterMetricFamily(
+            "inferplane_client_connections_refused",
+            "Client connections refused with 503 at the cap",
+        )
+        refused.add_metric([], c.refused)
+        yield refused
+        closed = CounterMetricFamily(
+            "inferplane_client_connections_closed",
+            "Client connections closed by a bound: header/body/send timeout, head too large",
+            labels=["reason"],
+        )
+        for reason, count in c.timed_out.items():
+            closed.add_metric([f"{reason}_timeout"], count)
+        closed.add_metric(["head_too_large"], c.too_large)
+        yield closed
 
 
 def _error_response(status: int, message: str, extra: bytes = b"") -> bytes:
