@@ -1,0 +1,282 @@
+"""Numbers for fix templates, computed by the estimator from the model and GPU a log names.
+
+Each function takes the `FixContext` (model profile, GPU, the engine settings the log
+states) and the numbers already read from the log, and returns more numbers as strings for
+the signature's `fix` template. A function returns only what it can compute; a template
+whose numbers are missing falls back to the signature's `fix_generic`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from inferplane.doctor.logtext import LogContext
+
+if TYPE_CHECKING:
+    from inferplane.gpus.spec import GpuSpec
+    from inferplane.models.profile import ModelProfile
+    from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
+
+GIB = 1024**3
+CONTEXT_GIB = 0.5  # per-process CUDA context outside the utilization budget (P01)
+SMALL_CAPTURE_SIZES = (1, 2, 4, 8)
+
+Values = dict[str, str]
+
+
+@dataclass
+class FixContext:
+    log: LogContext
+    profile: ModelProfile | None = None
+    gpu: GpuSpec | None = None
+    gpu_total_bytes: int | None = None  # when no catalog GPU is known
+    used_estimator: bool = False  # set when a fix number came from the estimator
+
+    @property
+    def has_hardware(self) -> bool:
+        return self.gpu is not None or self.gpu_total_bytes is not None
+
+    @property
+    def tp(self) -> int:
+        return self.log.tensor_parallel_size or 1
+
+    @property
+    def utilization(self) -> float:
+        return self.log.gpu_memory_utilization or 0.9
+
+    def basis(self) -> str:
+        assert self.profile is not None
+        gpu = self.gpu.name if self.gpu else f"{(self.gpu_total_bytes or 0) / GIB:.2f} GiB GPU"
+        return (f"{self.profile.name} on {gpu}, TP {self.tp}, "
+                f"utilization {self.utilization:.2f}")
+
+    def settings(self, **changes: object) -> EngineSettings:
+        from inferplane.planner.estimate_types import EngineSettings
+
+        base: dict[str, object] = {
+            "tensor_parallel_size": self.tp,
+            "gpu_memory_utilization": self.utilization,
+            "max_model_len": self.log.max_model_len,
+            "vllm_version": self.log.vllm_version,
+        }
+        if self.log.dtype in ("float16", "bfloat16", "float32", "half"):
+            base["dtype"] = "float16" if self.log.dtype == "half" else self.log.dtype
+        base.update(changes)
+        return EngineSettings(**base)  # type: ignore[arg-type]
+
+    def estimate(self, **changes: object) -> MemoryEstimate | None:
+        from inferplane.errors import InferplaneError
+        from inferplane.planner.memory import estimate_memory
+
+        if self.profile is None or not self.has_hardware:
+            return None
+        try:
+            est = estimate_memory(
+                self.profile, self.settings(**changes), gpu=self.gpu,
+                gpu_memory_bytes=None if self.gpu else self.gpu_total_bytes,
+            )
+        except (InferplaneError, ValueError):
+            return None
+        self.used_estimator = True
+        return est
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _valid_tp(ctx: FixContext, limit: int = 16) -> list[int]:
+    from inferplane.planner.rules import valid_tp_sizes
+
+    assert ctx.profile is not None
+    return valid_tp_sizes(ctx.profile, limit=limit)
+
+
+def kv_fit(ctx: FixContext, got: Values) -> Values:
+    """P02: the longest max_model_len that fits (auto-fit of the estimator), the smallest TP
+    that fits, utilization steps."""
+    out: Values = {}
+    util = ctx.utilization
+    out["utilization_up"] = _fmt(min(0.95, util + 0.05))
+    out["tp"] = str(ctx.tp)
+    log_fit = got.get("log_max_len") or got.get("kv_tokens")
+    if log_fit:
+        out["log_fit"] = log_fit
+    auto = ctx.estimate(max_model_len=-1)
+    if auto is not None and ctx.profile is not None:
+        from inferplane.planner.sizing import safe_band
+
+        out["weights_gib"] = _fmt(auto.weights_gib)
+        out["total_gib"] = _fmt(auto.total_memory_gib)
+        out["safe_utilization"] = _fmt(min(util, safe_band(ctx.profile, ctx.settings())))
+        valid = _valid_tp(ctx)
+        bigger = [t for t in valid if t > ctx.tp]
+        out["next_tp"] = str(bigger[0]) if bigger else str(ctx.tp)
+        if auto.fits:
+            out["max_model_len_fit"] = str(auto.max_model_len)
+            out["fit_basis"] = f" for {ctx.basis()}, by the estimator"
+        for tp in valid:
+            est = ctx.estimate(tensor_parallel_size=tp, max_model_len=-1)
+            if est is not None and est.fits:
+                out["min_tp_fit"] = str(tp)
+                break
+    elif log_fit:
+        out["max_model_len_fit"] = log_fit
+        out["fit_basis"] = ", as the log itself computes"
+        out["next_tp"] = str(ctx.tp * 2)
+        out["safe_utilization"] = _fmt(min(util, 0.9))
+    return out
+
+
+def free_memory(ctx: FixContext, got: Values) -> Values:
+    """P01/P19: the utilization the free memory allows, and what fits in it."""
+    free = float(got["free_gib"])
+    total = float(got["total_gib"])
+    out: Values = {"held_gib": _fmt(total - free)}
+    best = math.floor((free - CONTEXT_GIB) / total * 100) / 100 if total > 0 else 0.0
+    if best <= 0:
+        out["max_utilization"] = "0.00"
+        out["fit_note"] = "; that is nothing: this card is full, so use another GPU"
+        return out
+    out["max_utilization"] = f"{best:.2f}"
+    out["fit_note"] = ""
+    if ctx.profile is not None:
+        if not ctx.has_hardware:
+            ctx.gpu_total_bytes = round(total * GIB)
+        est = ctx.estimate(gpu_memory_utilization=best, max_model_len=-1)
+        if est is not None and est.fits:
+            out["fit_note"] = (f"; {ctx.profile.name} then fits with max_model_len "
+                               f"{est.max_model_len}, by the estimator")
+        elif est is not None:
+            out["fit_note"] = (f"; but {ctx.profile.name} does not fit in that share "
+                               "(by the estimator), so move it to another GPU")
+    return out
+
+
+def graph_oom(ctx: FixContext, got: Values) -> Values:
+    """P05: the CUDA-graph pool now and with four capture sizes."""
+    out: Values = {"utilization_down": _fmt(max(0.5, ctx.utilization - 0.05))}
+    est = ctx.estimate()
+    if est is None or ctx.profile is None:
+        return out
+    from inferplane.planner.sizing import graph_bytes
+
+    out["graph_full_gib"] = _fmt(est.cuda_graph_gib)
+    out["graph_small_gib"] = _fmt(graph_bytes(ctx.profile, SMALL_CAPTURE_SIZES) / GIB)
+    return out
+
+
+def tp_sizes(ctx: FixContext, got: Values) -> Values:
+    """P11: the valid TP sizes, from the model's heads (and KV heads) when the model is
+    known, else from the head count in the message."""
+    tp = int(got.get("tp") or ctx.tp)
+    if ctx.profile is not None:
+        ctx.used_estimator = True  # the model's real head counts
+        valid = _valid_tp(ctx, limit=max(16, tp))
+        heads = f"the model's {ctx.profile.num_attention_heads} attention heads / " \
+                f"{ctx.profile.num_kv_heads} KV heads"
+    else:
+        count = int(got.get("heads") or got.get("kv_heads") or 0)
+        valid = [d for d in range(1, min(count, 64) + 1) if count % d == 0]
+        kind = "attention" if got.get("heads") else "KV"
+        heads = f"the {count} {kind} heads"
+    out: Values = {"heads_text": heads, "valid_tp_list": ", ".join(map(str, valid))}
+    smaller = [t for t in valid if t < tp]
+    out["valid_tp"] = str(smaller[-1] if smaller else valid[0]) if valid else "1"
+    return out
+
+
+def removed_flags(ctx: FixContext, got: Values) -> Values:
+    """P32: for each rejected flag, when it was removed and what replaces it."""
+    from inferplane.engines.vllm.flags import REMOVED_FLAGS
+
+    args = got.get("args", "")
+    parts = []
+    for flag in re.findall(r"--([\w-]+)", args):
+        name = flag.replace("_", "-")
+        removed = REMOVED_FLAGS.get(name.removeprefix("no-"))
+        if removed is not None:
+            since = ".".join(str(p) for p in removed.removed_in)
+            parts.append(f"remove --{name} (removed in vLLM {since}); instead: "
+                         f"{removed.replacement}")
+        else:
+            parts.append(f"--{name} is not a flag of this vLLM: check `vllm serve --help` "
+                         "for its spelling in this release")
+    if re.search(r"--[\w-]+ [^-\s]", args) and "'" not in args:
+        parts.append("if flag and value arrived as one argument (a YAML list item like "
+                     "'--dtype auto'), split them into two items")
+    return {"flag_fixes": "; ".join(parts) + "." if parts else "Remove the flags."}
+
+
+def uuid_index(ctx: FixContext, got: Values) -> Values:
+    return {"uuid_short": got.get("uuid", "GPU-")[:12]}
+
+
+def driver_found(ctx: FixContext, got: Values) -> Values:
+    found = got.get("found")
+    if not found:
+        return {"found_text": ""}
+    n = int(found)
+    return {"found_text": f" (the driver supports up to CUDA {n // 1000}.{n % 1000 // 10})"}
+
+
+def nccl_timeout(ctx: FixContext, got: Values) -> Values:
+    ran = got.get("ran_ms")
+    return {"ran_s": f"{int(ran) / 1000:.0f}" if ran else "?", "op": got.get("op", "collective")}
+
+
+def shm_size(ctx: FixContext, got: Values) -> Values:
+    size = got.get("size_bytes")
+    return {"size_text": f" (NCCL asked for {int(size) / 2**20:.1f} MiB)" if size else ""}
+
+
+def body_limit(ctx: FixContext, got: Values) -> Values:
+    size = got.get("body_bytes")
+    if not size:
+        return {"body_text": "", "body_limit": "64m"}
+    mib = int(size) / 2**20
+    limit = max(16, 2 ** math.ceil(math.log2(max(mib * 2, 1))))
+    return {"body_text": f" (this request had {mib:.1f} MiB)", "body_limit": f"{limit}m"}
+
+
+def startup_probe(ctx: FixContext, got: Values) -> Values:
+    """P24: the startup budget for the model's weights at the default disk bandwidth."""
+    est = ctx.estimate()
+    if est is None:
+        return {}
+    from inferplane.runtime.vllm_fleet import DEFAULT_DISK_BANDWIDTH_MIB_S, startup_deadline_s
+
+    weights = est.weights_gib * ctx.tp * GIB
+    return {
+        "startup_s": f"{math.ceil(startup_deadline_s(int(weights)))}",
+        "weights_gib": _fmt(weights / GIB),
+        "disk_mib_s": f"{DEFAULT_DISK_BANDWIDTH_MIB_S:.0f}",
+    }
+
+
+COMPUTE: dict[str, Callable[[FixContext, Values], Values]] = {
+    "kv_fit": kv_fit,
+    "free_memory": free_memory,
+    "graph_oom": graph_oom,
+    "tp_sizes": tp_sizes,
+    "removed_flags": removed_flags,
+    "uuid_index": uuid_index,
+    "driver_found": driver_found,
+    "nccl_timeout": nccl_timeout,
+    "shm_size": shm_size,
+    "body_limit": body_limit,
+    "startup_probe": startup_probe,
+}
+
+
+def k8s_nodes(ctx: FixContext, got: Values) -> Values:
+    if got.get("nodes") and got.get("short"):
+        return {"nodes_text": f"{got['short']} of {got['nodes']} nodes"}
+    return {"nodes_text": "the nodes"}
+
+
+COMPUTE["k8s_nodes"] = k8s_nodes

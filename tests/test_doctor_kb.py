@@ -1,0 +1,133 @@
+"""The diagnose knowledge base, entry by entry, against real log excerpts (tests/data/diagnose).
+
+Every signature has a fixture that must produce it (with its numbers) and a near-miss that
+must not; every seed's quoted error text names the right signature and pitfall.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from inferplane.doctor.diagnose import diagnose, diagnose_text
+from inferplane.doctor.kb import VersionRange, load_kb, parse_kb
+
+DATA = Path(__file__).parent / "data" / "diagnose"
+FIXTURES: list[dict[str, Any]] = yaml.safe_load((DATA / "SOURCES.yaml").read_text())["fixtures"]
+SEEDS: list[dict[str, Any]] = yaml.safe_load((DATA / "seeds.yaml").read_text())["quotes"]
+KB = load_kb()
+PITFALL_IDS = {f"P{n:02d}" for n in range(1, 51)}
+
+
+def _ids(text: str) -> list[str]:
+    return [f.signature.id for f in diagnose_text(text, source="test").findings]
+
+
+def test_every_signature_has_a_real_fixture_and_a_near_miss() -> None:
+    positives = {f["signature"] for f in FIXTURES if f["signature"]}
+    near = {f["not"] for f in FIXTURES if not f["signature"]}
+    ids = {s.id for s in KB}
+    assert ids - positives == set()
+    assert ids - near == set()
+    assert positives | near <= ids
+
+
+def test_every_fixture_records_its_source() -> None:
+    files = {p.name for p in DATA.glob("*.log")} - {"unknown.log"}
+    assert files == {f["file"] for f in FIXTURES}
+    for fixture in FIXTURES:
+        assert fixture["source"], fixture["file"]
+        assert fixture["kind"] in ("real", "constructed", "near-miss")
+
+
+def test_entries_are_well_formed() -> None:
+    for sig in KB:
+        assert set(sig.pitfalls) <= PITFALL_IDS, sig.id
+        assert sig.sources and sig.cause and sig.fix, sig.id
+        assert sig.compute is None or sig.compute in __import__(
+            "inferplane.doctor.fixes", fromlist=["COMPUTE"]
+        ).COMPUTE, sig.id
+
+
+@pytest.mark.parametrize("fixture", [f for f in FIXTURES if f["signature"]],
+                         ids=lambda f: f["file"])
+def test_fixture_matches_its_signature(fixture: dict[str, Any]) -> None:
+    result = diagnose_text((DATA / fixture["file"]).read_text(), source=fixture["file"])
+    by_id = {f.signature.id: f for f in result.findings}
+    assert fixture["signature"] in by_id
+    finding = by_id[fixture["signature"]]
+    assert finding.evidence and all(e.number >= 1 for e in finding.evidence)
+    for key, value in (fixture.get("expect") or {}).items():
+        assert finding.values.get(key) == value, key
+
+
+@pytest.mark.parametrize("fixture", [f for f in FIXTURES if not f["signature"]],
+                         ids=lambda f: f["file"])
+def test_near_miss_does_not_match(fixture: dict[str, Any]) -> None:
+    assert fixture["not"] not in _ids((DATA / fixture["file"]).read_text())
+
+
+@pytest.mark.parametrize("quote", SEEDS, ids=lambda q: f"{q['seed']}-{q['signature']}")
+def test_seed_quotes_name_cause_and_pitfall(quote: dict[str, Any]) -> None:
+    result = diagnose_text(quote["text"], source=quote["seed"])
+    found = {(f.signature.id, f.signature.pitfall) for f in result.findings}
+    assert (quote["signature"], quote["pitfall"]) in found
+    assert result.unknown is None
+
+
+def test_version_ranges_skip_wording_from_other_releases() -> None:
+    v0 = (DATA / "kv-cache-too-small.v0.log").read_text()
+    assert "kv-cache-too-small" in _ids(v0)
+    # the V0 wording was gone by 0.10: a log that says 0.11 is not read with it
+    newer = "INFO vLLM API server version 0.11.0\n" + v0
+    assert "kv-cache-too-small" not in _ids(newer)
+    assert VersionRange.parse(">=0.6.4,<0.9").contains("0.8.5")
+    assert not VersionRange.parse(">=0.6.4,<0.9").contains("0.9.0")
+
+
+def test_unless_rules_a_signature_out() -> None:
+    text = (DATA / "cuda-graph-capture-oom.log").read_text()
+    assert "cuda-graph-capture-oom" in _ids(text)
+    assert "cuda-oom-startup" not in _ids(text)  # capture frames: the graph entry explains it
+
+
+def test_many_workers_give_one_finding_with_deduplicated_evidence() -> None:
+    line = ("(VllmWorker rank={r} pid=1{r}) ERROR 06-05 06:18:13 [core.py:1] ValueError: Total "
+            "number of attention heads (52) must be divisible by tensor parallel size (3).")
+    result = diagnose_text("\n".join(line.format(r=r) for r in range(4)), source="x")
+    assert len(result.findings) == 1
+    assert result.findings[0].occurrences == 4
+    assert len(result.findings[0].evidence) == 1
+
+
+def test_unknown_log_shows_first_error_and_exception_chain() -> None:
+    result = diagnose_text((DATA / "unknown.log").read_text(), source="unknown.log")
+    assert result.findings == []
+    assert result.unknown is not None
+    first = result.unknown.first_error
+    assert first is not None and first.text.startswith("Traceback")
+    chain = [e.text for e in result.unknown.exception_chain]
+    assert chain == ["KeyError: 'rope_type'",
+                     "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                     "ModelConfig"]
+
+
+def test_empty_log_is_unknown_without_error_line() -> None:
+    result = diagnose("", source="-")
+    assert result.unknown is not None and result.unknown.first_error is None
+
+
+def test_invalid_kb_entries_are_rejected() -> None:
+    good = {"id": "x", "title": "t", "pitfalls": ["P01"], "kind": "engine",
+            "match": {"any": ["boom"]}, "cause": "c", "fix": "f", "sources": ["s"]}
+    assert parse_kb({"signatures": [good]})[0].id == "x"
+    for bad in ({**good, "pitfalls": ["X1"]}, {**good, "kind": "gpu"},
+                {**good, "match": {"all": ["a"]}}, {**good, "colour": "red"},
+                {**good, "match": {"any": [{"regex": "a", "versions": "~1"}]}}):
+        with pytest.raises(ValueError):
+            parse_kb({"signatures": [bad]})
+    with pytest.raises(ValueError, match="duplicate"):
+        parse_kb({"signatures": [good, good]})
