@@ -1,0 +1,247 @@
+"""The simulator's engine core on a simulated clock, for capacity what-ifs.
+
+`simulate` feeds timed arrivals to an `EngineCore` (the same scheduler and step-time
+model `inferplane sim` serves with) and advances simulated time step by step: no HTTP, no
+sleeping. Runs of identical decode steps - every running request decoding, nothing that
+could be admitted - are applied in one jump (the scheduler would do exactly the same steps
+one by one: the step times come from the same model, the KV blocks are allocated up
+front), which makes a run cost about one Python step per arrival and per finish instead
+of one per generated token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from inferplane.engines.sim.core import EngineCore
+from inferplane.engines.sim.scheduler import SimRequest, Status
+from inferplane.engines.sim.timing import StepShape
+
+MAX_JUMP_STEPS = 100_000
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at_s: float
+    prompt_token_ids: list[int]
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Stop early once the SLO cannot hold: more than `allowed_violations` measured
+    requests over a limit (None: run to the end)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2el_s: float | None = None
+    allowed_violations: int | None = None
+
+
+@dataclass
+class Outcome:
+    """Per measured request (arrival index >= `measure_from`), in finish order."""
+
+    ttft_s: list[float] = field(default_factory=list)
+    tpot_s: list[float] = field(default_factory=list)
+    e2el_s: list[float] = field(default_factory=list)
+    completed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    duration_s: float = 0.0
+    steps: int = 0
+    jumped_steps: int = 0
+    preemptions: int = 0
+    peak_kv_usage: float = 0.0
+    kv_blocked_steps: int = 0  # steps with requests waiting for KV blocks (seats free)
+    seq_capped_steps: int = 0  # steps with requests waiting and max_num_seqs running
+    budget_capped_steps: int = 0  # waiting while the step's token budget was spent
+    violations: int = 0
+    stopped_early: bool = False
+    prefix_hit_rate: float = 0.0
+
+
+def _violates(req: SimRequest, limits: Limits) -> bool:
+    assert req.first_token_s is not None and req.finished_s is not None
+    ttft = req.first_token_s - req.arrival_s
+    if limits.ttft_s is not None and ttft > limits.ttft_s:
+        return True
+    if limits.tpot_s is not None and req.num_output > 1:
+        tpot = (req.finished_s - req.first_token_s) / (req.num_output - 1)
+        if tpot > limits.tpot_s:
+            return True
+    return limits.e2el_s is not None and req.finished_s - req.arrival_s > limits.e2el_s
+
+
+class _Run:
+    def __init__(self, core: EngineCore, arrivals: Sequence[Arrival], measure_from: int,
+                 limits: Limits) -> None:
+        self.core = core
+        self.sched = core.scheduler
+        self.limits = limits
+        self.measure_from = measure_from
+        self.pending = deque(enumerate(arrivals))
+        self.index: dict[int, int] = {}  # id(request) -> arrival index
+        self.out = Outcome()
+        self.now = 0.0
+
+    def admit_arrivals(self) -> None:
+        while self.pending and self.pending[0][1].at_s <= self.now:
+            i, arrival = self.pending.popleft()
+            request = SimRequest(
+                request_id=f"c{i}", prompt_token_ids=arrival.prompt_token_ids,
+                output_tokens=max(1, arrival.output_tokens), finish_reason="length",
+                arrival_s=arrival.at_s,
+            )
+            self.index[id(request)] = i
+            self.core.add(request)
+
+    def finished(self, request: SimRequest) -> None:
+        i = self.index.pop(id(request))
+        out = self.out
+        out.completed += 1
+        out.input_tokens += request.num_prompt_tokens
+        out.output_tokens += request.num_output
+        if i < self.measure_from:
+            return
+        assert request.first_token_s is not None and request.finished_s is not None
+        out.ttft_s.append(request.first_token_s - request.arrival_s)
+        out.e2el_s.append(request.finished_s - request.arrival_s)
+        if request.num_output > 1:
+            out.tpot_s.append(
+                (request.finished_s - request.first_token_s) / (request.num_output - 1)
+            )
+        if _violates(request, self.limits):
+            out.violations += 1
+
+    def note_waiting(self, steps: int) -> None:
+        if not self.sched.waiting:
+            return
+        sched = self.sched
+        if len(sched.running) >= sched.max_num_seqs:
+            self.out.seq_capped_steps += steps
+            return
+        head = sched.waiting[0]
+        chunk = min(head.num_tokens - head.num_computed, sched.max_num_batched_tokens)
+        if sched.pool.num_free * sched.block_size < chunk:
+            self.out.kv_blocked_steps += steps
+        else:
+            self.out.budget_capped_steps += steps
+
+    def jump(self) -> bool:
+        """Apply a run of identical decode steps at once; False when none applies."""
+        sched = self.sched
+        running = sched.running
+        n = len(running)
+        if n == 0 or n > sched.max_num_batched_tokens:
+            return False
+        if sched.waiting and n < sched.max_num_seqs:
+            return False  # a waiting request might be admitted next step
+        steps = MAX_JUMP_STEPS
+        context = 0
+        for request in running:
+            if request.num_output == 0 or request.num_computed != request.num_tokens - 1:
+                return False  # a prefill (chunk) is still running
+            steps = min(steps, request.output_tokens - request.num_output)
+            context += request.num_computed + 1
+        if steps < 2:
+            return False
+        timing = self.core.timing
+        next_arrival = self.pending[0][1].at_s if self.pending else math.inf
+        t = self.now
+        prev_t = t
+        taken = 0
+        for k in range(steps):
+            ctx = context + k * n
+            prev_t = t
+            t += timing.step_time_s(StepShape(0, n, ctx, ctx, n))
+            taken = k + 1
+            if t >= next_arrival:
+                break
+        bs = sched.block_size
+        missing = sum(
+            max(0, -(-(r.num_computed + taken) // bs) - len(r.blocks)) for r in running
+        )
+        if missing > sched.pool.num_free:
+            return False  # KV pressure: let the scheduler preempt step by step
+        if taken < 2:
+            return False
+        self.note_waiting(taken)
+        for request in list(running):
+            grown = sched._grow(request, taken)
+            assert grown
+            request.num_computed += taken
+            request.num_output += taken
+            request.prev_token_s = prev_t
+            request.last_token_s = t
+            if request.num_output >= request.output_tokens:
+                sched._finish(request, t)
+                self.finished(request)
+        self.out.peak_kv_usage = max(self.out.peak_kv_usage, sched.pool.usage)
+        self.core.steps += taken
+        self.out.jumped_steps += taken
+        self.now = t
+        return True
+
+    def step(self) -> None:
+        duration, events = self.core.step(self.now)
+        self.now += duration
+        self.note_waiting(1)
+        self.out.peak_kv_usage = max(self.out.peak_kv_usage, self.sched.pool.usage)
+        for event in events:
+            if event.finished:
+                self.finished(event.request)
+
+    def run(self) -> Outcome:
+        allowed = self.limits.allowed_violations
+        while self.pending or self.sched.has_work:
+            self.admit_arrivals()
+            if not self.sched.has_work:
+                self.now = max(self.now, self.pending[0][1].at_s)
+                continue
+            if not self.jump():
+                self.step()
+            if allowed is not None and self.out.violations > allowed:
+                self.out.stopped_early = True
+                break
+            if allowed is not None and self._hopeless():
+                self.out.stopped_early = True
+                break
+        out = self.out
+        out.duration_s = self.now
+        out.steps = self.core.steps
+        out.preemptions = self.sched.num_preemptions
+        prefix = self.sched.prefix
+        out.prefix_hit_rate = prefix.hits / prefix.queries if prefix.queries else 0.0
+        return out
+
+    def _hopeless(self) -> bool:
+        """Requests waiting longer than the TTFT limit already, more than allowed."""
+        limit = self.limits.ttft_s
+        allowed = self.limits.allowed_violations
+        if limit is None or allowed is None:
+            return False
+        late = 0
+        for request in self.sched.waiting:
+            if request.status is Status.WAITING and request.first_token_s is None and (
+                self.now - request.arrival_s > limit
+                and self.index.get(id(request), -1) >= self.measure_from
+            ):
+                late += 1
+                if self.out.violations + late > allowed:
+                    return True
+        return False
+
+
+def simulate(
+    core: EngineCore,
+    arrivals: Sequence[Arrival],
+    *,
+    measure_from: int = 0,
+    limits: Limits | None = None,
+) -> Outcome:
+    """Run `arrivals` (sorted by time) through `core` until all finish or the SLO is lost."""
+    return _Run(core, arrivals, measure_from, limits or Limits()).run()
