@@ -61,6 +61,7 @@ class EngineApp:
                 Route("/sleep", self.sleep, methods=["POST"]),
                 Route("/wake_up", self.wake_up, methods=["POST"]),
                 Route("/is_sleeping", self.is_sleeping, methods=["GET"]),
+                Route("/collective_rpc", self.collective_rpc, methods=["POST"]),
             ],
             exception_handlers={ApiError: self._api_error},  # type: ignore[dict-item]
         )
@@ -91,6 +92,9 @@ class EngineApp:
             raise ApiError(500, "The engine crashed (simulated by --crash-after-requests).")
         if self.engine.sleeping:
             raise ApiError(400, "The engine is sleeping; POST /wake_up first.")
+        if not self.engine.sleep_state.weights_valid:
+            raise ApiError(500, "The weights were discarded by sleep level 2; reload them "
+                                '(POST /collective_rpc {"method": "reload_weights"}).')
         if faults.fail_rate and self.engine.random.random() < faults.fail_rate:
             raise ApiError(500, "Simulated engine failure (--fail-rate).")
 
@@ -124,14 +128,43 @@ class EngineApp:
         return Response(self.engine.metrics.render(), media_type=CONTENT_TYPE)
 
     async def sleep(self, request: Request) -> Response:
+        """vLLM's `POST /sleep?level=N` (1: weights to host RAM; 2: weights discarded)."""
         await self._gate()
+        try:
+            seconds = self.engine.sleep_state.sleep(int(request.query_params.get("level", 1)))
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
         self.engine.sleeping = True
+        self.engine.core.reset_prefix_cache()  # the KV cache is gone
+        await asyncio.sleep(seconds)
         return Response(status_code=200)
 
     async def wake_up(self, request: Request) -> Response:
+        """vLLM's `POST /wake_up[?tags=weights&tags=kv_cache]`."""
         await self._gate()
-        self.engine.sleeping = False
+        state = self.engine.sleep_state
+        try:
+            seconds = state.wake(request.query_params.getlist("tags"))
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        await asyncio.sleep(seconds)
+        self.engine.sleeping = state.sleeping
         return Response(status_code=200)
+
+    async def collective_rpc(self, request: Request) -> Response:
+        """vLLM's dev-mode `POST /collective_rpc`; only `reload_weights` is simulated."""
+        await self._gate()
+        body = orjson.loads(await request.body() or b"{}")
+        method = body.get("method") if isinstance(body, dict) else None
+        if method != "reload_weights":
+            raise ApiError(400, f"the simulator supports only method 'reload_weights', not "
+                                f"{method!r}")
+        try:
+            seconds = self.engine.sleep_state.reload_weights()
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        await asyncio.sleep(seconds)
+        return _OrjsonResponse({"results": [None]})
 
     async def is_sleeping(self, request: Request) -> Response:
         await self._gate()

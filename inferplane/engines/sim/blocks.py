@@ -90,3 +90,8 @@ class BlockPool:
             return
         self._hash_of[block] = block_hash
         self._block_of[block_hash] = block
+
+    def reset_cache(self) -> None:
+        """Forget every cached hash (the KV cache was discarded: vLLM sleep mode)."""
+        self._hash_of.clear()
+        self._block_of.clear()

@@ -58,6 +58,10 @@ class EngineCore:
             self.metrics.record_abort()
             self.metrics.record_idle(self.scheduler)
 
+    def reset_prefix_cache(self) -> None:
+        """The KV cache was discarded (sleep): no prefix hits survive it."""
+        self.scheduler.pool.reset_cache()
+
     def step(self, now_s: float) -> tuple[float, list[TokenEvent]]:
         """Run one step starting at `now_s`; return (duration_s, token events)."""
         scheduled: ScheduledStep = self.scheduler.schedule(now_s)

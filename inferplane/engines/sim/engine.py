@@ -17,6 +17,8 @@ from inferplane.engines.sim.build import EngineParts
 from inferplane.engines.sim.core import EngineCore, KvCapacity
 from inferplane.engines.sim.metrics import EngineMetrics
 from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
+from inferplane.engines.sim.sleep import SleepState
+from inferplane.gpus import GIB
 
 
 class SimEngine:
@@ -40,6 +42,7 @@ class SimEngine:
         self.created = int(time.time())
         self.started_monotonic = time.monotonic()
         self.sleeping = False
+        self.sleep_state = SleepState(memory.weights_gib * GIB)  # vLLM sleep mode (sleep.py)
         self.requests_seen = 0
         self.random = random.Random(config.faults.seed)
         self._streams: dict[SimRequest, asyncio.Queue[TokenEvent]] = {}
