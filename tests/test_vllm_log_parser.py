@@ -41,6 +41,15 @@ def test_real_case_values() -> None:
     assert (v0.weights_gib, v0.available_kv_gib, v0.num_gpu_blocks) == (14.9888, 2.89, 1478)
     assert (v0.total_gpu_memory_gib, v0.gpu_memory_utilization) == (23.58, 0.90)
     assert v0.max_kv_tokens_v0 == 23_648 and v0.errors
+    new = by_id["llama31-8b-a100-80g-v0310"]
+    assert (new.weights_gib, new.available_kv_gib, new.kv_cache_tokens) == (15.0, 56.21, 460_496)
+    assert (new.max_concurrency, new.concurrency_tokens) == (3.51, 131_072)
+    # v0.2x+ summary: weights + non-torch as one "consumed" figure; the peak-activation
+    # figure includes the CUDA-graph estimate (gpu_worker.py: transient peak + estimate).
+    assert (new.free_memory_gib, new.total_gpu_memory_gib, new.gpu_memory_utilization) == (
+        78.84, 79.25, 0.92
+    )
+    assert (new.consumed_gib, new.activation_peak_gib, new.cuda_graph_gib) == (15.26, 1.44, 0.23)
 
 
 def test_v1_early_multi_worker_takes_first_weights_and_min_kv() -> None:

@@ -15,7 +15,7 @@ from inferplane.models import load_profile
 from inferplane.planner.defaults import default_batch_limits
 from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
 from inferplane.planner.memory import estimate_memory
-from inferplane.planner.vllm_versions import era_of
+from inferplane.planner.vllm_versions import default_gpu_memory_utilization, era_of
 
 # Logs that print no version (V0 "Memory profiling results" format) date to about this one.
 UNDATED_V0_VERSION = "0.6.4"
@@ -80,7 +80,9 @@ def estimate_case(case: VllmLogCase) -> CaseComparison:
         max_batched = max_batched or tokens
     settings = EngineSettings(
         tensor_parallel_size=s.get("tensor_parallel_size") or 1,
-        gpu_memory_utilization=s.get("gpu_memory_utilization") or 0.9,
+        gpu_memory_utilization=(
+            s.get("gpu_memory_utilization") or default_gpu_memory_utilization(version)
+        ),
         max_model_len=s.get("max_model_len"),
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_batched,

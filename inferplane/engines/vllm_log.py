@@ -15,6 +15,11 @@ releases; this module reads every era (see ``docs/vllm-logs.md``):
   ``the current vLLM instance can use total_gpu_memory (T) x gpu_memory_utilization (u)
   = R`` / ``the rest of the memory reserved for KV Cache is K``,
   ``# GPU blocks: N, # CPU blocks: M`` (``# cuda blocks`` on some builds).
+* After graph capture (v0.10.2+): ``Free memory on device (F/T GiB) on startup. Desired GPU
+  memory utilization is (u, R GiB). Actual usage is W GiB for weight, A GiB for peak
+  activation, N GiB for non-torch memory, and G GiB for CUDAGraph memory`` (v0.2x+: ``X GiB
+  for consumed memory (weights + non-torch), A GiB for peak activation, and G GiB for
+  CUDAGraph memory``).
 * Failures: the free-memory check (``Free memory on device (F/T GiB) on startup …``), the
   V1 "To serve at least one request …" and the V0 "max seq len (L) is larger than the
   maximum number of tokens that can be stored in KV cache (N)" errors.
@@ -66,6 +71,9 @@ class VllmStartupFacts:
     engine: str | None = None
     non_torch_gib: float | None = None
     activation_peak_gib: float | None = None
+    # v0.2x+ prints weights and non-torch memory together ("consumed memory"); from v0.21 on
+    # the "peak activation" figure of that line includes the CUDA-graph estimate
+    consumed_gib: float | None = None
     needed_kv_gib: float | None = None
     estimated_max_model_len: int | None = None
     max_kv_tokens_v0: int | None = None
@@ -141,6 +149,13 @@ _FREE_MEM_SUMMARY = re.compile(
     rf"Free memory on device[^(]*\({_NUM}/{_NUM} ?GiB\) on startup\. Desired GPU memory "
     rf"utilization is \({_NUM}, {_NUM} ?GiB\)\. Actual usage is {_NUM} ?GiB for weight, "
     rf"{_NUM} ?GiB for peak activation, {_NUM} ?GiB for non-torch memory, and {_NUM} ?GiB "
+    r"for CUDAGraph memory"
+)
+# v0.2x+ (V2 model runner era): weights and non-torch memory are one "consumed" figure.
+_FREE_MEM_CONSUMED = re.compile(
+    rf"Free memory on device[^(]*\({_NUM}/{_NUM} ?GiB\) on startup\. Desired GPU memory "
+    rf"utilization is \({_NUM}, {_NUM} ?GiB\)\. Actual usage is {_NUM} ?GiB for consumed "
+    rf"memory \(weights \+ non-torch\), {_NUM} ?GiB for peak activation, and {_NUM} ?GiB "
     r"for CUDAGraph memory"
 )
 _NO_MEMORY = re.compile(r"No available memory for the cache blocks")
@@ -257,6 +272,15 @@ def _parse_errors(text: str, facts: VllmStartupFacts) -> None:
         facts.non_torch_gib = _num(m.group(7))
         if facts.cuda_graph_gib is None:
             facts.cuda_graph_gib = _num(m.group(8))
+    m = _FREE_MEM_CONSUMED.search(text)
+    if m is not None:
+        facts.free_memory_gib = _num(m.group(1))
+        facts.total_gpu_memory_gib = _num(m.group(2))
+        facts.gpu_memory_utilization = _num(m.group(3))
+        facts.consumed_gib = _num(m.group(5))
+        facts.activation_peak_gib = _num(m.group(6))
+        if facts.cuda_graph_gib is None:
+            facts.cuda_graph_gib = _num(m.group(7))
     m = _V1_NOT_ENOUGH.search(text)
     if m is not None:
         facts.needed_kv_gib = _num(m.group(2))

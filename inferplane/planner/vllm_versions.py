@@ -15,10 +15,17 @@ from typing import Literal
 
 from inferplane.errors import InferplaneError
 
-# The release inferplane models by default (latest checked against vLLM's source).
-DEFAULT_VLLM_VERSION = "0.31.0"
+# The release inferplane models by default (latest checked against vLLM's source: 0.33.0's
+# gpu_worker.determine_available_memory still subtracts the CUDA-graph estimate from the KV
+# budget, its default utilization is 0.92, and its batch defaults match 0.31's).
+DEFAULT_VLLM_VERSION = "0.33.0"
 
 Era = Literal["v0", "v1", "v1mid", "v1new"]
+
+# --gpu-memory-utilization when none is given: 0.9, and 0.92 from v0.21 on (vLLM PR 38284 made
+# CUDA-graph memory profiling the default and raised the utilization to keep the KV pool).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DEFAULT_GPU_MEMORY_UTILIZATION_FROM_0_21 = 0.92
 
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-a-z0-9]*)$", re.IGNORECASE)
 
@@ -46,3 +53,11 @@ def era_of(version: str) -> Era:
     if minor == 8:
         return "v1"
     return "v0"
+
+
+def default_gpu_memory_utilization(version: str) -> float:
+    """The utilization vLLM `version` uses when --gpu-memory-utilization is not given."""
+    major, minor, _ = parse_version(version)
+    if major > 0 or minor >= 21:
+        return DEFAULT_GPU_MEMORY_UTILIZATION_FROM_0_21
+    return DEFAULT_GPU_MEMORY_UTILIZATION

@@ -80,6 +80,20 @@ ADDED_FLAGS: dict[str, AddedFlag] = {
         AddedFlag("runner", (0, 10, 2), "--task embed"),
         AddedFlag("enable-log-requests", (0, 10, 2), "requests are logged by default"),
         AddedFlag("pipeline-parallel-size", (0, 5, 1), "one node per replica (TP only)"),
+        # New in 0.32.0 / 0.33.0 (EngineArgs fields added, none removed; read from the
+        # released wheels). Deprecated but still accepted in 0.33.0, so not in REMOVED_FLAGS:
+        # --log-config-file, --mamba-cache-mode, --disable-cascade-attn (no effect),
+        # --ir-op-priority (to go in 0.34).
+        AddedFlag(
+            "sleep-mode-offload-cudagraph", (0, 32, 0),
+            "nothing: CUDA-graph memory stays on the GPU during sleep",
+        ),
+        AddedFlag("enable-shm-tensor-arena", (0, 32, 0), "nothing (leave it out)"),
+        AddedFlag("custom-histogram-buckets", (0, 32, 0), "vLLM's default metric buckets"),
+        AddedFlag("enable-hc-sp", (0, 32, 0), "nothing (leave it out)"),
+        AddedFlag("sleep-mode-backend", (0, 33, 0), "the built-in cumem sleep backend"),
+        AddedFlag("watchdog-config", (0, 33, 0), "nothing (leave it out)"),
+        AddedFlag("monokernel", (0, 33, 0), "nothing (leave it out)"),
         # Multi-node replicas without Ray (the multiprocessing executor, vLLM PR 23691).
         *(
             AddedFlag(flag, (0, 12, 0), "a Ray cluster: --distributed-executor-backend ray")
