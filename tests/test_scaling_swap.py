@@ -1,0 +1,82 @@
+"""Two models that cannot be awake together on one simulated GPU swap on demand through
+vLLM sleep mode (real engine processes, the planner's incremental placement)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+from planner_fleets import fleet
+
+from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.scaling.events import read_events
+
+FAST = SupervisorSettings(
+    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
+    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
+)
+SWAP = """\
+engine: sim
+gpus:
+  nodes:
+    - {name: n1, gpu_type: L4, count: 1}
+models:
+  - name: day
+    source: Qwen--Qwen3-8B
+    max_model_len: 4096
+    max_num_seqs: 4
+  - name: night
+    source: Qwen--Qwen3-8B
+    max_model_len: 4096
+    max_num_seqs: 4
+    replicas: 0
+scaling:
+  policy: {scale_up_window_s: 0.3, scale_down_window_s: 30, stabilization_s: 0.1}
+  models:
+    day: {min_replicas: 0, max_replicas: 1, sleep: {level: 1}}
+    night: {min_replicas: 0, max_replicas: 1, sleep: {level: 2}}
+"""
+
+
+async def _ask(client: httpx.AsyncClient, url: str, model: str) -> httpx.Response:
+    return await client.post(url + "/v1/chat/completions", json={
+        "model": model, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}],
+    })
+
+
+async def test_two_models_that_do_not_fit_together_swap_on_demand(tmp_path: Path) -> None:
+    rt = Runtime(fleet(SWAP), RuntimeOptions(
+        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
+        tenancy=False, control=False, scaling_interval_s=0.05,
+    ))
+    assert rt.plan is not None and [i.id for i in rt.plan.instances] == ["day-0"]
+    await rt.start()
+    try:
+        assert await rt.wait_settled(30)
+        async with httpx.AsyncClient(timeout=60) as client:
+            url = rt.gateway_url
+            assert (await _ask(client, url, "day")).status_code == 200
+            # night does not fit next to day: day (idle) yields by sleeping, night starts
+            r = await _ask(client, url, "night")
+            assert r.status_code == 200, r.text
+            assert rt.asleep_replicas("day") == ["day-0"]
+            assert rt.awake_replicas("night") == ["night-0"]
+            # and back: night sleeps (level 2), day wakes from host RAM
+            assert (await _ask(client, url, "day")).status_code == 200
+            assert rt.asleep_replicas("night") == ["night-0"]
+            # night wakes at level 2: reallocate, reload the weights, then the KV cache
+            assert (await _ask(client, url, "night")).status_code == 200
+            # both at once: each is answered, one after the other
+            a, b = await asyncio.gather(_ask(client, url, "day"), _ask(client, url, "night"))
+            assert a.status_code == b.status_code == 200
+        kinds = [(e["model"], e["kind"]) for e in read_events(rt.state_dir.path)]
+        assert kinds[:4] == [("day", "sleep"), ("night", "scale_up"), ("night", "sleep"),
+                             ("day", "wake")], kinds
+        assert any("yields" in e["reason"] for e in read_events(rt.state_dir.path))
+        metrics = rt.gateway.metrics.render().decode()
+        assert 'inferplane_model_cold_starts_total{kind="wake",model="day"}' in metrics
+        assert 'inferplane_model_cold_starts_total{kind="start",model="night"} 1.0' in metrics
+        assert len(rt.plan.instances) == 2  # both placed; one awake at a time
+    finally:
+        await rt.drain_and_stop()
