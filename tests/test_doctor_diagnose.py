@@ -1,0 +1,194 @@
+"""`inferplane diagnose`: computed fixes, JSON schema, instance logs and pods (recorded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from inferplane.cli.main import _register_commands, app
+from inferplane.doctor.diagnose import diagnose_text, find_model_dir
+from inferplane.doctor.k8s import RecordedApi, parse_pod_ref, pod_text
+from inferplane.errors import InferplaneError
+from inferplane.gpus.catalog import lookup_gpu
+from inferplane.models import load_profile
+from inferplane.planner.estimate_types import EngineSettings
+from inferplane.planner.memory import estimate_memory
+from inferplane.planner.rules import valid_tp_sizes
+
+_register_commands()
+DATA = Path(__file__).parent / "data" / "diagnose"
+MODELS = Path(__file__).parent / "data" / "models"
+runner = CliRunner()
+
+
+def _finding(text: str, sig: str, **kwargs: Any) -> Any:
+    result = diagnose_text(text, source="t", **kwargs)
+    return next(f for f in result.findings if f.signature.id == sig)
+
+
+def test_max_model_len_fix_is_the_estimators_and_changes_with_model_and_gpu() -> None:
+    text = "INFO vLLM API server version 0.9.2\n" + (DATA / "kv-cache-too-small.log").read_text()
+    seen = set()
+    for model, gpu in (("meta-llama--Llama-3.1-8B-Instruct", "L4"),
+                       ("meta-llama--Llama-3.1-8B-Instruct", "A10"),
+                       ("Qwen--Qwen3-8B", "L4")):
+        f = _finding(text, "kv-cache-too-small", model_dir=MODELS / model, gpu_name=gpu)
+        expected = estimate_memory(
+            load_profile(MODELS / model),
+            EngineSettings(max_model_len=-1, vllm_version="0.9.2"), gpu=lookup_gpu(gpu),
+        ).max_model_len
+        assert f.values["max_model_len_fit"] == str(expected)
+        assert f"--max-model-len {expected} " in f.fix
+        assert f.numbers_computed
+        seen.add(expected)
+    assert len(seen) == 3
+
+
+def test_without_a_model_the_fix_uses_the_logs_own_numbers() -> None:
+    f = _finding((DATA / "kv-cache-too-small.log").read_text(), "kv-cache-too-small")
+    assert "--max-model-len 5632" in f.fix
+    assert not f.numbers_computed
+
+
+def test_tp_fix_lists_the_models_valid_sizes() -> None:
+    text = (DATA / "tp-heads-not-divisible.log").read_text()
+    plain = _finding(text, "tp-heads-not-divisible")
+    assert "1, 2, 4, 13, 26, 52" in plain.fix  # divisors of the 52 heads in the message
+    for model in ("Qwen--Qwen2.5-7B-Instruct", "Qwen--Qwen3-32B"):
+        f = _finding(text, "tp-heads-not-divisible", model_dir=MODELS / model)
+        valid = ", ".join(map(str, valid_tp_sizes(load_profile(MODELS / model), limit=16)))
+        assert f"valid sizes for this model: {valid})" in f.fix
+
+
+def test_free_memory_fix_computes_utilization_from_the_logs_numbers() -> None:
+    line = ("ValueError: Free memory on device cuda:0 ({free}/44.39 GiB) on startup is less "
+            "than desired GPU memory utilization (0.55, 24.42 GiB).")
+    small = _finding(line.format(free="30.00"), "free-memory-below-utilization",
+                     model_dir=MODELS / "Qwen--Qwen3-Embedding-0.6B")
+    assert "--gpu-memory-utilization 0.66 " in small.fix  # floor((30 - 0.5) / 44.39, 2)
+    assert "fits with max_model_len" in small.fix
+    big = _finding(line.format(free="10.00"), "free-memory-below-utilization",
+                   model_dir=MODELS / "Qwen--Qwen3-32B")
+    assert "--gpu-memory-utilization 0.21 " in big.fix
+    assert "does not fit in that share" in big.fix
+    full = _finding(line.format(free="0.41"), "free-memory-below-utilization")
+    assert "this card is full" in full.fix
+
+
+def test_graph_oom_fix_uses_estimated_graph_memory() -> None:
+    text = (DATA / "cuda-graph-capture-oom.log").read_text()
+    f = _finding(text, "cuda-graph-capture-oom", model_dir=MODELS / "Qwen--Qwen3-8B",
+                 gpu_name="L40S")
+    assert f.numbers_computed and "GiB to" in f.fix
+    generic = _finding(text, "cuda-graph-capture-oom")
+    assert "cudagraph_capture_sizes" in generic.fix and not generic.numbers_computed
+
+
+def test_liveness_fix_sizes_the_startup_probe_from_the_weights() -> None:
+    text = (DATA / "k8s-liveness-kill-during-load.log").read_text()
+    small = _finding(text, "k8s-liveness-kill-during-load",
+                     model_dir=MODELS / "Qwen--Qwen3-8B", gpu_name="H100")
+    big = _finding(text, "k8s-liveness-kill-during-load",
+                   model_dir=MODELS / "Qwen--Qwen3-32B", gpu_name="H100")
+    assert int(big.values["startup_s"]) > int(small.values["startup_s"])
+
+
+def test_json_schema_is_stable() -> None:
+    result = runner.invoke(app, ["diagnose", str(DATA / "removed-flag.log"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert list(doc) == ["schema", "source", "context", "computed_for", "findings", "unknown",
+                         "notes"]
+    assert doc["schema"] == "inferplane.diagnose/v1"
+    finding = doc["findings"][0]
+    assert list(finding) == ["id", "title", "kind", "pitfall", "pitfalls", "evidence",
+                             "occurrences", "values", "cause", "fix", "numbers_computed",
+                             "sources"]
+    assert finding["id"] == "removed-flag" and finding["pitfall"] == "P32"
+    assert finding["evidence"] == [{"line": 1, "text": "vllm serve: error: unrecognized "
+                                    "arguments: --swap-space 16"}]
+    assert "removed in vLLM 0.11.0" in finding["fix"]
+
+
+def test_unknown_log_in_json_and_text() -> None:
+    result = runner.invoke(app, ["diagnose", str(DATA / "unknown.log"), "--json"])
+    doc = json.loads(result.output)
+    assert doc["findings"] == [] and doc["unknown"]["first_error"]["line"] == 2
+    text = runner.invoke(app, ["diagnose", "-"], input="all good\n")
+    assert "no known failure signature" in text.output
+    assert "no error line found" in text.output
+
+
+def test_stdin_and_text_output() -> None:
+    result = runner.invoke(app, ["diagnose", "-"],
+                           input=(DATA / "awq-bfloat16.log").read_text())
+    assert result.exit_code == 0
+    assert "P07" in result.output and "--dtype float16" in result.output
+
+
+def test_bad_inputs_are_usage_errors() -> None:
+    from inferplane.cli.diagnose import read_source
+
+    with pytest.raises(InferplaneError, match="exactly one"):
+        read_source(None, None, None, None, None)
+    with pytest.raises(InferplaneError, match="exactly one"):
+        read_source("x.log", "a", None, None, None)
+    with pytest.raises(InferplaneError, match="no such log"):
+        read_source("/nonexistent.log", None, None, None, None)
+    with pytest.raises(InferplaneError, match="NAMESPACE/POD"):
+        parse_pod_ref("just-a-pod")
+
+
+def test_instance_log_from_the_state_dir(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "qwen-0.log.1").write_text((DATA / "tp-heads-not-divisible.log").read_text())
+    (logs / "qwen-0.log").write_text("INFO 05-01 restarting\n")
+    (tmp_path / "state.json").write_text(json.dumps({"instances": [{"name": "qwen-0"}]}))
+    result = runner.invoke(app, ["diagnose", "--instance", "qwen-0", "--json",
+                                 "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["source"].endswith("qwen-0.log")
+    assert [f["id"] for f in doc["findings"]] == ["tp-heads-not-divisible"]
+    missing = runner.invoke(app, ["diagnose", "--instance", "nope", "--state-dir", str(tmp_path)])
+    assert isinstance(missing.exception, InferplaneError)  # main() turns it into exit 2
+
+
+def test_pod_logs_and_events_from_recorded_responses() -> None:
+    api = RecordedApi(DATA / "k8s" / "pending-gpu-pod")
+    text = pod_text(api, "inference", "vllm-7b-server-7d9f8-x2k4p")
+    ids = [f.signature.id for f in diagnose_text(text, source="pod").findings]
+    assert "k8s-rollout-pending-gpu" in ids and "k8s-insufficient-gpu" in ids
+    crash = pod_text(RecordedApi(DATA / "k8s" / "crashloop-pod"), "default", "x")
+    assert "log of the previous container" in crash
+    crash_ids = [f.signature.id for f in diagnose_text(crash, source="pod").findings]
+    assert crash_ids == ["k8s-liveness-kill-during-load"]
+
+
+def test_pod_option_uses_the_kubernetes_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    import inferplane.doctor.k8s as k8s
+
+    monkeypatch.setattr(k8s, "KubernetesApi",
+                        lambda: RecordedApi(DATA / "k8s" / "crashloop-pod"))
+    result = runner.invoke(app, ["diagnose", "--pod", "default/x", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["findings"][0]["pitfall"] == "P24"
+
+
+def test_model_named_in_the_log_is_found_in_the_hf_cache(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text((MODELS / "Qwen--Qwen3-8B" / "config.json").read_text())
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert find_model_dir("Qwen/Qwen3-8B") == snap
+    assert find_model_dir("Qwen/Unknown") is None
+    text = ("INFO Initializing a V1 LLM engine (v0.9.2) with config: model='Qwen/Qwen3-8B', "
+            "tensor_parallel_size=1\n" + (DATA / "cuda-oom-startup.log").read_text())
+    result = diagnose_text(text, source="t")
+    assert result.model_profile is not None and result.findings[0].numbers_computed
