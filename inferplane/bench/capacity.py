@@ -184,6 +184,7 @@ class _Search:
         self.measure_from = int(requests * WARMUP_FRACTION)
         self.limits = _limits(slo, requests - self.measure_from)
         self.evaluated = 0
+        self.single_failures: dict[tuple[str, int], Evaluation] = {}  # one replica, failed
         self._unit = traffic.arrivals(1.0, requests, seed)  # unit-rate draws, scaled per r
 
     def evaluate(self, candidate: Candidate, replicas: int) -> Evaluation:
@@ -207,11 +208,15 @@ class _Search:
         meets = not outcome.stopped_early and outcome.violations <= (
             self.limits.allowed_violations or 0
         )
-        return Evaluation(
+        result = Evaluation(
             candidate, replicas, meets,
             percentile(outcome.ttft_s, pct) * 1000, percentile(outcome.tpot_s, pct) * 1000,
             percentile(outcome.e2el_s, pct) * 1000, outcome,
         )
+        if replicas == 1 and not meets:
+            key = (candidate.gpu_type, candidate.tensor_parallel_size)
+            self.single_failures.setdefault(key, result)
+        return result
 
     def fewest_replicas(
         self, candidate: Candidate, budget_usd: float
@@ -242,21 +247,26 @@ class _Search:
         return passed, below
 
 
-def _binding(best: Evaluation, below: Evaluation | None, smallest_tp: int,
+def _binding(best: Evaluation, below: Evaluation | None, smallest: Evaluation | None,
              slo: dict[str, float]) -> tuple[str, str]:
+    """`smallest`: the failed one-replica run of the smallest TP on the same GPU type, when
+    the answer is one replica of a wider TP."""
     cand = best.candidate
+    if best.replicas == 1 and smallest is None:
+        return "memory", (f"one replica of TP {cand.tensor_parallel_size} on {cand.gpu_type} "
+                          "meets the SLO; the model's weights and one request's KV set the size")
     if best.replicas == 1:
-        why = (f"one replica of TP {cand.tensor_parallel_size} on {cand.gpu_type} meets the SLO; "
-               "the model's weights and one request's KV set the size")
-        if cand.tensor_parallel_size > smallest_tp:
-            why += f" (TP {smallest_tp} fits too but misses the SLO)"
-        return "memory", why
+        assert smallest is not None
+        below = smallest
+        prefix = f"TP {smallest.candidate.tensor_parallel_size} fits but misses the SLO"
+    else:
+        prefix = f"with {below.replicas} replica(s)" if below is not None else ""
     if below is None:
         return "compute", "replicas set by throughput"
     out = below.outcome
     steps = max(1, out.steps)
     pct = f"p{slo.get('percentile', DEFAULT_PERCENTILE):g}"
-    detail = f"with {below.replicas} replica(s)"
+    detail = prefix
     if out.ttft_s:
         detail += (f": {pct} TTFT {below.p_ttft_ms:.0f} ms, TPOT {below.p_tpot_ms:.1f} ms")
     if out.stopped_early:
@@ -332,8 +342,11 @@ def plan_capacity(
                 search.evaluated, unfit,
             ))
             continue
-        smallest = min((c.tensor_parallel_size for c in candidates
-                        if c.gpu_type == best.candidate.gpu_type), default=1)
+        smallest_tp = min(c.tensor_parallel_size for c in candidates
+                          if c.gpu_type == best.candidate.gpu_type)
+        smallest = None
+        if best.replicas == 1 and best.candidate.tensor_parallel_size > smallest_tp:
+            smallest = search.single_failures.get((best.candidate.gpu_type, smallest_tp))
         binding, detail = _binding(best, below, smallest, slo)
         answers.append(ModelAnswer(name, model_traffic, best, below, binding, detail,
                                    search.evaluated, unfit))
