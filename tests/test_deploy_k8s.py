@@ -154,7 +154,7 @@ def test_keda_scaledobject_and_unscaled_replicas() -> None:
     assert "vllm:num_requests_waiting" in waiting["query"]  # P46
     assert waiting["threshold"] == "5"
     behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
-    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 300  # P50
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 600  # P50, max(600, 300)
     assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 120
     assert spec["triggers"][1]["metadata"]["threshold"] == "0.9"
     deps = _deployments(docs)

@@ -1,9 +1,15 @@
 """Autoscaling on the engine queue, never CPU (P46): KEDA by default, HPA v2 as the option.
 
-Up when `vllm:num_requests_waiting` per replica stays above the target for
-`scale_up_window_s`; down one replica at a time after `scale_down_window_s`, with a
-`stabilization_s` window (P50). The floor is the model's `min_replicas` (1 by default: a
-scaled-to-zero model takes minutes to come back, P28).
+The same `scaling:` numbers as the local autoscaler of `inferplane up` (docs/scaling.md has
+the table): up when `vllm:num_requests_waiting` per replica stays above the target for
+`scale_up_window_s` (the HPA's scale-up stabilization window keeps the lowest
+recommendation of that window); down one replica per `scale_down_window_s` after the load
+stayed low for `max(scale_down_window_s, stabilization_s)` (the scale-down window keeps
+the highest recommendation, so no down follows an up within it, P50). The floor is the
+model's `min_replicas` (1 by default: a scaled-to-zero model takes minutes to come back,
+P28). With `min_replicas: 0` (KEDA only) a second trigger on the gateway's own queue,
+`inferplane_queue_depth`, activates the workload from zero: the engines' queue cannot,
+since no engine runs to report it, while the gateway holds the first request.
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ def scaled_workloads(ctx: K8sContext) -> list[tuple[Workload, ModelScaling]]:
     return out
 
 
+HPA_MAX_WINDOW_S = 3600  # the API's bound on stabilizationWindowSeconds
+HPA_MAX_PERIOD_S = 1800  # ... and on a policy's periodSeconds
+
+
 def _behavior(policy: ScalingPolicy) -> dict[str, Any]:
     return {
         "scaleUp": {
@@ -43,12 +53,18 @@ def _behavior(policy: ScalingPolicy) -> dict[str, Any]:
             "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
         },
         "scaleDown": {
-            "stabilizationWindowSeconds": int(policy.stabilization_s),
+            "stabilizationWindowSeconds": min(
+                HPA_MAX_WINDOW_S, int(max(policy.scale_down_window_s, policy.stabilization_s))
+            ),
             "selectPolicy": "Min",
             "policies": [{"type": "Pods", "value": 1,
-                          "periodSeconds": min(1800, int(policy.scale_down_window_s))}],
+                          "periodSeconds": min(HPA_MAX_PERIOD_S,
+                                               int(policy.scale_down_window_s))}],
         },
     }
+
+
+GATEWAY_QUEUE = "inferplane_queue_depth"  # the gateway's per-model queue, held requests too
 
 
 def scaled_object(ctx: K8sContext, workload: Workload, bounds: ModelScaling) -> dict[str, Any]:
@@ -74,6 +90,20 @@ def scaled_object(ctx: K8sContext, workload: Workload, bounds: ModelScaling) -> 
                 "serverAddress": ctx.options.prometheus_url,
                 "query": f"avg({KV_USAGE}{{{sel}}})",
                 "threshold": f"{policy.target_kv_cache_usage:g}",
+            },
+        })
+    if bounds.min_replicas == 0:
+        # Scale from zero: requests the gateway holds for the model activate it (> 0).
+        triggers.append({
+            "type": "prometheus",
+            "name": "held",
+            "metricType": "AverageValue",
+            "metadata": {
+                "serverAddress": ctx.options.prometheus_url,
+                "query": f'sum({GATEWAY_QUEUE}{{namespace="{ctx.namespace}", '
+                         f'model="{model}"}})',
+                "threshold": str(policy.target_waiting_requests),
+                "activationThreshold": "0",
             },
         })
     return {
