@@ -3,7 +3,7 @@ in docs/scaling.md, checked field by field)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -27,7 +27,7 @@ def _with(policy: ScalingPolicy, bounds: ModelScaling) -> FleetSpec:
                                                            models={"qwen3-8b": bounds})})
 
 
-def _render(fleet: FleetSpec, autoscaler: str = "keda") -> dict[str, Any]:
+def _render(fleet: FleetSpec, autoscaler: Literal["keda", "hpa"] = "keda") -> dict[str, Any]:
     _, plan, text = s4()
     files = render_files(fleet, plan, "k8s", RenderOptions(fleet_text=text,
                                                            autoscaler=autoscaler))
