@@ -144,3 +144,26 @@ def test_default_gpu_memory_utilization_is_0_92_from_0_21() -> None:
     assert default_gpu_memory_utilization("0.20.2") == 0.9
     assert default_gpu_memory_utilization("0.21.0") == 0.92
     assert default_gpu_memory_utilization("0.33.0") == 0.92
+
+
+# vLLM issue 10517, comment of 2024-12-02 (kaspersiminski): Llama-3.1-8B-Instruct on an RTX
+# 3090 (23.58 GiB), V0 ("Memory profiling results" format of v0.6.4), utilization 0.90:
+# "I can run 20k, 35k, or 45k, but if I set --max-model-len to 29k it throws an error".
+# Logged peak_torch_memory (weights 14.9888 GiB + the profile run's peak): 17.06GiB at 20k,
+# 17.98GiB at 29k (then "max seq len (29000) is larger than ... KV cache (23648)"), and
+# 15.05GiB at 35k: above 32K tokens V0 turned chunked prefill on and profiled 512 tokens.
+# (The 20k and 29k startups are cases in tests/data/vllm_logs/; the stored copy of the 35k
+# log breaks off after its peak_torch_memory, so it is checked here instead.)
+RTX3090_BYTES = int(23.58 * 2**30)
+
+
+@pytest.mark.parametrize(("max_len", "peak_torch_gib", "fits"),
+                         [(20000, 17.06, True), (29000, 17.98, False), (35000, 15.05, True)])
+def test_v0_rtx3090_20k_ok_29k_refused_35k_ok(max_len: int, peak_torch_gib: float,
+                                             fits: bool) -> None:
+    est = estimate_memory(
+        load_profile(LLAMA), EngineSettings(max_model_len=max_len, vllm_version="0.6.4"),
+        gpu_memory_bytes=RTX3090_BYTES,
+    )
+    assert est.weights_gib + est.activation_gib == pytest.approx(peak_torch_gib, abs=0.02)
+    assert est.fits is fits

@@ -18,8 +18,12 @@ MIB = 1024**2
 # vocabulary, sampled with temperature, top-k (vocab - 1) and top-p, so the top-k/top-p
 # implementation decides the peak. Bytes per logit, by the implementation each release uses
 # by default on CUDA (see sampler_bytes_per_logit):
-# - V0 sampler, measured against V0 logs (its forward peak dominates at its batch sizes).
-SAMPLER_BYTES_PER_LOGIT_V0 = 12
+# - V0 (< 0.8): at most the bf16 logits. Measured on an RTX 3090 (vLLM issue 10517, Llama-3.1
+#   8B, 256 dummy requests): with max_model_len 35000 V0 chunks prefill by itself, profiles
+#   512 tokens, and logs peak_torch_memory=15.05GiB over 14.9888 GiB of weights, i.e. 0.06 GiB
+#   for a 512-token forward plus 256 x 128,256 logits (2 B each); at 20000 / 29000 tokens
+#   the forward (2.07 / 2.99 GiB logged) is the peak.
+SAMPLER_BYTES_PER_LOGIT_V0 = 2
 # - PyTorch-native top-k/top-p (`apply_top_k_top_p`, V1 up to 0.15; FlashInfer's sampler is
 #   opt-in or absent from pip installs): bf16 logits 2 + fp32 copy 4 + sort values 4 + sort
 #   indices 8 + the sort's int64 iota 8 + cub's alternate key/value buffers 12 = 38 B. Matches
