@@ -167,3 +167,22 @@ def test_v0_rtx3090_20k_ok_29k_refused_35k_ok(max_len: int, peak_torch_gib: floa
     )
     assert est.weights_gib + est.activation_gib == pytest.approx(peak_torch_gib, abs=0.02)
     assert est.fits is fits
+
+
+def test_h200_tp2_qwen3_next_log_peak_is_the_sampler_warmup() -> None:
+    """A real H200 startup at the 1,024-sequence default (stored public GitHub file,
+    search-index id 7292846353; `vllm.entrypoints.openai.api_server --model
+    Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 2`, vLLM 0.10.2, "FlashInfer is not
+    available. Falling back to the PyTorch-native implementation of top-p & top-k
+    sampling.", "Chunked prefill is enabled with max_num_batched_tokens=8192."):
+
+        Free memory on device (139.21/139.81 GiB) on startup. Desired GPU memory utilization
+        is (0.9, 125.83 GiB). Actual usage is 74.28 GiB for weight, 5.58 GiB for peak
+        activation, 1.38 GiB for non-torch memory, and 2.37 GiB for CUDAGraph memory.
+
+    The model's hybrid linear attention is not modelled, but its peak is the sampler's:
+    1,024 requests x Qwen3's 151,936-entry vocabulary (gathered on every TP rank) x 38 B,
+    plus the 8,192 x 2,048 bf16 hidden state the forward leaves."""
+    sampler = 1024 * 151936 * overheads.sampler_bytes_per_logit("0.10.2")
+    hidden = 8192 * 2048 * 2
+    assert (sampler + hidden) / 2**30 == pytest.approx(5.58, rel=0.02)
