@@ -186,6 +186,7 @@ class _Search:
         self.evaluated = 0
         self.single_failures: dict[tuple[str, int], Evaluation] = {}  # one replica, failed
         self._unit = traffic.arrivals(1.0, requests, seed)  # unit-rate draws, scaled per r
+        self._hashes: dict[int, dict[int, list[int]]] = {}  # block size -> index -> hashes
 
     def evaluate(self, candidate: Candidate, replicas: int) -> Evaluation:
         from inferplane.engines.sim.core import EngineCore, KvCapacity
@@ -201,7 +202,8 @@ class _Search:
         )
         try:
             outcome = simulate(core, arrivals, measure_from=self.measure_from,
-                               limits=self.limits)
+                               limits=self.limits,
+                               hashes=self._hashes.setdefault(m.block_size, {}))
         except ValueError:  # a request longer than the whole KV pool
             outcome = Outcome(stopped_early=True, kv_blocked_steps=1)
         pct = self.slo.get("percentile", DEFAULT_PERCENTILE)
@@ -218,13 +220,41 @@ class _Search:
             self.single_failures.setdefault(key, result)
         return result
 
+    def load_bound(self, candidate: Candidate) -> tuple[float, str]:
+        """A lower bound on one replica's busy fraction at the whole peak, and its kind:
+        prompt tokens not in the shared prefix must be computed (FLOPs), and every step -
+        at most max_num_seqs tokens of decode - reads the weights once."""
+        timing = candidate.parts.timing
+        cal = timing.calibration
+        if cal.fixed_prefill_step_s is not None or cal.fixed_decode_step_s is not None:
+            return 0.0, "compute"
+        peak = timing.gpu.bf16_tflops
+        if timing.use_fp8_compute and timing.gpu.fp8_tflops is not None:
+            peak = timing.gpu.fp8_tflops
+        flops_per_s = peak * 1e12 * cal.compute_efficiency
+        bandwidth = timing.gpu.memory_bandwidth_gbps * 1e9 * cal.bandwidth_efficiency
+        n = len(self._unit)
+        share = self.traffic.prefix_share
+        fresh = sum(len(a.prompt_token_ids) * (1 - share) for a in self._unit) / n
+        out = sum(a.output_tokens for a in self._unit) / n
+        prefill = fresh * timing.cost.linear_flops_per_token / flops_per_s
+        decode = out / candidate.max_num_seqs * timing.cost.weight_bytes / bandwidth
+        rate = self.traffic.peak_rps
+        if prefill >= decode:
+            return rate * prefill, "prefill FLOPs"
+        return rate * decode, "decode weight reads"
+
     def fewest_replicas(
         self, candidate: Candidate, budget_usd: float
     ) -> tuple[Evaluation | None, Evaluation | None]:
         """(the fewest replicas meeting the SLO, the evaluation one replica below), or
-        (None, last failure) when none within MAX_REPLICAS or the budget."""
+        (None, last failure) when none within MAX_REPLICAS or the budget. Replica counts
+        below the load bound (a replica busier than 100%) are never simulated: a finite
+        run could pass them while the queue grows without end."""
         fail: Evaluation | None = None
-        low, high = 0, 1  # low fails (0 trivially), high untested
+        bound, _kind = self.load_bound(candidate)
+        start = max(1, math.ceil(bound * 1.000001))
+        low, high = start - 1, start  # low fails (by the bound), high untested
         passed: Evaluation | None = None
         while high <= MAX_REPLICAS:
             if high * candidate.usd_per_replica_hour >= budget_usd:
@@ -248,7 +278,7 @@ class _Search:
 
 
 def _binding(best: Evaluation, below: Evaluation | None, smallest: Evaluation | None,
-             slo: dict[str, float]) -> tuple[str, str]:
+             slo: dict[str, float], bound_kind: str = "compute") -> tuple[str, str]:
     """`smallest`: the failed one-replica run of the smallest TP on the same GPU type, when
     the answer is one replica of a wider TP."""
     cand = best.candidate
@@ -262,7 +292,8 @@ def _binding(best: Evaluation, below: Evaluation | None, smallest: Evaluation | 
     else:
         prefix = f"with {below.replicas} replica(s)" if below is not None else ""
     if below is None:
-        return "compute", "replicas set by throughput"
+        return "compute", (f"{best.replicas - 1} replica(s) would each be busier than 100% "
+                           f"on {bound_kind} alone")
     out = below.outcome
     steps = max(1, out.steps)
     pct = f"p{slo.get('percentile', DEFAULT_PERCENTILE):g}"
@@ -347,7 +378,8 @@ def plan_capacity(
         smallest = None
         if best.replicas == 1 and best.candidate.tensor_parallel_size > smallest_tp:
             smallest = search.single_failures.get((best.candidate.gpu_type, smallest_tp))
-        binding, detail = _binding(best, below, smallest, slo)
+        binding, detail = _binding(best, below, smallest, slo,
+                                   search.load_bound(best.candidate)[1])
         answers.append(ModelAnswer(name, model_traffic, best, below, binding, detail,
                                    search.evaluated, unfit))
     return CapacityAnswer(answers, slo, total, time.perf_counter() - started, prices, notes)

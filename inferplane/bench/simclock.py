@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from inferplane.engines.sim.blocks import block_hashes
 from inferplane.engines.sim.core import EngineCore
 from inferplane.engines.sim.scheduler import SimRequest, Status
 from inferplane.engines.sim.timing import StepShape
@@ -78,7 +79,7 @@ def _violates(req: SimRequest, limits: Limits) -> bool:
 
 class _Run:
     def __init__(self, core: EngineCore, arrivals: Sequence[Arrival], measure_from: int,
-                 limits: Limits) -> None:
+                 limits: Limits, hashes: dict[int, list[int]] | None) -> None:
         self.core = core
         self.sched = core.scheduler
         self.limits = limits
@@ -87,6 +88,7 @@ class _Run:
         self.index: dict[int, int] = {}  # id(request) -> arrival index
         self.out = Outcome()
         self.now = 0.0
+        self.hashes = hashes  # arrival index -> block hashes, kept across runs
 
     def admit_arrivals(self) -> None:
         while self.pending and self.pending[0][1].at_s <= self.now:
@@ -97,7 +99,21 @@ class _Run:
                 arrival_s=arrival.at_s,
             )
             self.index[id(request)] = i
-            self.core.add(request)
+            if self.hashes is None:
+                self.core.add(request)
+                continue
+            # Scheduler.add, with the prompt's block hashes computed once per arrival.
+            sched = self.sched
+            needed = -(-(request.num_prompt_tokens + request.output_tokens) // sched.block_size)
+            if needed > sched.pool.num_blocks:
+                raise ValueError(f"request needs {needed} KV blocks but the pool has "
+                                 f"{sched.pool.num_blocks}")
+            cached = self.hashes.get(i)
+            if cached is None:
+                cached = self.hashes[i] = block_hashes(request.prompt_token_ids,
+                                                       sched.block_size)
+            request.hashes = cached
+            sched.waiting.append(request)
 
     def finished(self, request: SimRequest) -> None:
         i = self.index.pop(id(request))
@@ -242,6 +258,9 @@ def simulate(
     *,
     measure_from: int = 0,
     limits: Limits | None = None,
+    hashes: dict[int, list[int]] | None = None,
 ) -> Outcome:
-    """Run `arrivals` (sorted by time) through `core` until all finish or the SLO is lost."""
-    return _Run(core, arrivals, measure_from, limits or Limits()).run()
+    """Run `arrivals` (sorted by time) through `core` until all finish or the SLO is lost.
+    `hashes`: a cache of prompt block hashes by arrival index, shared by runs of the same
+    arrivals on engines of the same block size (capacity searches)."""
+    return _Run(core, arrivals, measure_from, limits or Limits(), hashes).run()
