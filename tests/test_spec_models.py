@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from inferplane.errors import InferplaneError
+from inferplane.planner.vllm_versions import DEFAULT_VLLM_VERSION
 from inferplane.spec import (
     FleetSpec,
     FleetValidationError,
@@ -40,7 +41,7 @@ def only(text: str) -> Problem:
 
 def test_smallest_fleet_gets_every_default() -> None:
     spec = fleet("models:\n" + ENDPOINT_MODEL)
-    assert (spec.engine.kind, spec.engine.version) == ("vllm", "0.31.0")
+    assert (spec.engine.kind, spec.engine.version) == ("vllm", DEFAULT_VLLM_VERSION)
     # gpus: discover, but nothing to place: planning never asks NVML (issue 13.5)
     assert spec.gpus is None and not spec.discover_gpus
     assert (spec.gateway.host, spec.gateway.port, spec.gateway.max_body_mib) == (
