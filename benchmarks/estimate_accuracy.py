@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from vllm_log_cases import load_cases
-from vllm_log_estimates import estimate_case
+from vllm_log_estimates import LLMD_H100_ACTIVATION, estimate_case, llmd_h100_activation_gib
 
 
 def _pct(value: float | None) -> str:
@@ -34,6 +34,18 @@ def main() -> None:
             f"{r.logged_kv_gib} / {e.kv_cache_gib:.2f}", _pct(r.kv_gib_error),
             f"{r.logged_kv_tokens} / {e.kv_cache_tokens}", _pct(r.kv_tokens_error),
         ))
+    _print(header, rows, markdown)
+    print()
+    # Published peak activations at vLLM's 1,024-sequence H100 default (llm-d's profile).
+    act_header = ("model (H100, llm-d profile)", "TP", "activation log/est GiB", "err")
+    act_rows = []
+    for model, tp, logged in LLMD_H100_ACTIVATION:
+        est = llmd_h100_activation_gib(model, tp)
+        act_rows.append((model, str(tp), f"{logged} / {est:.2f}", _pct((est - logged) / logged)))
+    _print(act_header, act_rows, markdown)
+
+
+def _print(header: tuple[str, ...], rows: list[tuple[str, ...]], markdown: bool) -> None:
     if markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))

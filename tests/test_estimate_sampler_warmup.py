@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from vllm_log_estimates import LLMD_H100_ACTIVATION, LLMD_H100_VERSION, llmd_h100_activation_gib
 
 from inferplane.gpus import find_gpu
 from inferplane.models import load_profile
@@ -24,21 +25,7 @@ MODELS = Path(__file__).parent / "data" / "models"
 H100 = find_gpu("H100-SXM-80GB")
 A100 = find_gpu("A100-SXM-80GB")
 
-# llm-d's published profile of vLLM on one H100 (79.18 GiB), every run `vllm serve` with
-# max_model_len 16000, gpu_memory_utilization 0.9, the server defaults of an H100 (1,024
-# sequences, 8,192 batched tokens), block size 128: the "Peak Activation (GiB)" column of
-# https://github.com/llm-d/llm-d-benchmark/blob/259334868c5075da530cc6c90b43fceb11b6e6a7/config_explorer/empirical-vllm-memory-results.md
-# (read from each run's "Free memory on device ... GiB for peak activation" line). The table
-# names no vLLM release; that line exists from v0.10.2, and these peaks are the
-# PyTorch-native top-k/top-p sampler's (0.10-0.15), so 0.11.0 is used. Llama-3.3-70B has
-# Llama-3.1-70B's architecture (the activation does not depend on the FP8 weights).
-LLMD_H100 = [
-    ("meta-llama--Llama-3.1-8B-Instruct", 1, 4.76),
-    ("Qwen--Qwen3-32B", 1, 5.64),
-    ("openai--gpt-oss-20b", 1, 7.38),
-    ("openai--gpt-oss-120b", 1, 7.38),
-    ("meta-llama--Llama-3.1-70B-Instruct", 2, 4.84),
-]
+LLMD_H100 = LLMD_H100_ACTIVATION  # llm-d's published H100 profile, see vllm_log_estimates
 
 
 @pytest.mark.parametrize(("model", "tp", "logged_gib"), LLMD_H100, ids=[m[0] for m in LLMD_H100])
@@ -47,11 +34,12 @@ def test_activation_peak_at_1024_sequences_on_h100_within_5_percent(
 ) -> None:
     est = estimate_memory(
         load_profile(MODELS / model),
-        EngineSettings(tensor_parallel_size=tp, max_model_len=16000, vllm_version="0.11.0",
-                       block_size=128),
+        EngineSettings(tensor_parallel_size=tp, max_model_len=16000,
+                       vllm_version=LLMD_H100_VERSION, block_size=128),
         gpu=H100,
     )
     assert (est.max_num_seqs, est.max_num_batched_tokens) == (1024, 8192)
+    assert est.activation_gib == llmd_h100_activation_gib(model, tp)
     assert est.activation_gib == pytest.approx(logged_gib, rel=0.05)
 
 

@@ -17,6 +17,34 @@ from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
 from inferplane.planner.memory import estimate_memory
 from inferplane.planner.vllm_versions import default_gpu_memory_utilization, era_of
 
+# Published peak activations that are not whole startup logs (checked in
+# tests/test_estimate_sampler_warmup.py, printed by benchmarks/estimate_accuracy.py):
+# llm-d's H100 (79.18 GiB) profile, `vllm serve`, max_model_len 16000, utilization 0.9, the
+# H100 defaults 1,024 sequences / 8,192 batched tokens, block size 128, "Peak Activation (GiB)"
+# https://github.com/llm-d/llm-d-benchmark/blob/259334868c5075da530cc6c90b43fceb11b6e6a7/config_explorer/empirical-vllm-memory-results.md
+# No release is named; the line it is read from exists from v0.10.2 and the peaks are the
+# PyTorch-native sampler's (0.10-0.15): 0.11.0 is used. Llama-3.3-70B has Llama-3.1-70B's
+# architecture. (model folder under tests/data/models, TP, logged GiB)
+LLMD_H100_VERSION = "0.11.0"
+LLMD_H100_ACTIVATION = [
+    ("meta-llama--Llama-3.1-8B-Instruct", 1, 4.76),
+    ("Qwen--Qwen3-32B", 1, 5.64),
+    ("openai--gpt-oss-20b", 1, 7.38),
+    ("openai--gpt-oss-120b", 1, 7.38),
+    ("meta-llama--Llama-3.1-70B-Instruct", 2, 4.84),
+]
+
+
+def llmd_h100_activation_gib(model: str, tp: int) -> float:
+    """Our activation peak for one row of LLMD_H100_ACTIVATION."""
+    from vllm_log_cases import MODELS_DIR
+
+    gpu = find_gpu("H100-SXM-80GB")
+    settings = EngineSettings(tensor_parallel_size=tp, max_model_len=16000, block_size=128,
+                              vllm_version=LLMD_H100_VERSION)
+    return estimate_memory(load_profile(MODELS_DIR / model), settings, gpu=gpu).activation_gib
+
+
 # Logs that print no version (V0 "Memory profiling results" format) date to about this one.
 UNDATED_V0_VERSION = "0.6.4"
 NOMINAL_UNKNOWN_GPU_BYTES = 80 * GIB
