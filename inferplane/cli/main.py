@@ -36,8 +36,8 @@ def version() -> None:
 # Each module registers its commands on `app` when imported (one command per module).
 COMMAND_MODULES: tuple[str, ...] = (
     "estimate", "gpus", "validate", "sim", "gateway", "up", "down", "status", "plan", "render",
-    "apply", "keys", "usage", "routes", "logs", "restart", "events", "diagnose", "lint", "bench",
-    "capacity",
+    "apply", "keys", "usage", "routes", "logs", "restart", "events", "diagnose", "lint", "doctor",
+    "bench", "capacity",
 )
 
 
