@@ -68,7 +68,8 @@ def test_sampler_bytes_per_logit_follow_the_release() -> None:
     assert overheads.sampler_bytes_per_logit("0.6.4") == overheads.SAMPLER_BYTES_PER_LOGIT_V0
     assert overheads.sampler_bytes_per_logit("0.8.5") == 38
     assert overheads.sampler_bytes_per_logit("0.15.1") == 38
-    assert overheads.sampler_bytes_per_logit("0.16.0") == 20
+    assert overheads.sampler_bytes_per_logit("0.16.0") == 38
+    assert overheads.sampler_bytes_per_logit("0.17.0") == 20
     assert overheads.sampler_bytes_per_logit("0.33.0") == 20
 
 

@@ -23,7 +23,7 @@ from inferplane.planner.vllm_versions import default_gpu_memory_utilization, era
 # H100 defaults 1,024 sequences / 8,192 batched tokens, block size 128, "Peak Activation (GiB)"
 # https://github.com/llm-d/llm-d-benchmark/blob/259334868c5075da530cc6c90b43fceb11b6e6a7/config_explorer/empirical-vllm-memory-results.md
 # No release is named; the line it is read from exists from v0.10.2 and the peaks are the
-# PyTorch-native sampler's (0.10-0.15): 0.11.0 is used. Llama-3.3-70B has Llama-3.1-70B's
+# PyTorch-native sampler's (0.10-0.16): 0.11.0 is used. Llama-3.3-70B has Llama-3.1-70B's
 # architecture. (model folder under tests/data/models, TP, logged GiB)
 LLMD_H100_VERSION = "0.11.0"
 LLMD_H100_ACTIVATION = [

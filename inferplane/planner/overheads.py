@@ -24,17 +24,18 @@ MIB = 1024**2
 #   for a 512-token forward plus 256 x 128,256 logits (2 B each); at 20000 / 29000 tokens
 #   the forward (2.07 / 2.99 GiB logged) is the peak.
 SAMPLER_BYTES_PER_LOGIT_V0 = 2
-# - PyTorch-native top-k/top-p (`apply_top_k_top_p`, V1 up to 0.15; FlashInfer's sampler is
+# - PyTorch-native top-k/top-p (`apply_top_k_top_p`, V1 up to 0.16; FlashInfer's sampler is
 #   opt-in or absent from pip installs): bf16 logits 2 + fp32 copy 4 + sort values 4 + sort
 #   indices 8 + the sort's int64 iota 8 + cub's alternate key/value buffers 12 = 38 B. Matches
 #   the logged peaks: 1.40 GiB at 256 x 151,936 (v0.10.2, L40S) and 4.76-7.38 GiB at 1,024
 #   requests on H100 (llm-d's published profile of five models).
 SAMPLER_BYTES_PER_LOGIT_SORT = 38
-# - Triton top-k/top-p kernels (vLLM PR 33538, from 0.16 on): no full-vocabulary sort;
+# - Triton top-k/top-p kernels (vLLM PR 33538; `apply_top_k_top_p_triton` for batches of 8+
+#   from 0.17.0 on, checked in the 0.16.0 and 0.17.0 wheels): no full-vocabulary sort;
 #   fitted to the two v0.19 logs (Qwen3-8B and gpt-oss-20b on A100, 19 and 22 B).
 SAMPLER_BYTES_PER_LOGIT_TRITON = 20
 SAMPLER_SORT_FROM = (0, 8, 0)
-SAMPLER_TRITON_FROM = (0, 16, 0)
+SAMPLER_TRITON_FROM = (0, 17, 0)
 # Kept for callers that want one figure: the current release's.
 SAMPLER_BYTES_PER_LOGIT = SAMPLER_BYTES_PER_LOGIT_TRITON
 # Live copies of the hidden state during a forward pass (residual, normed input, output).
@@ -88,7 +89,7 @@ def activation_peak_bytes(
     The forward's intermediates are freed before the sampler runs; only its output (the hidden
     state of every token) stays alive, so the peak is the larger of the forward and the sampler
     plus that hidden state. At vLLM's H100/H200 default of 1,024 requests the sampler is the
-    larger by far (1,024 x 151,936 logits x 38 B = 5.5 GiB for Qwen3 before 0.16)."""
+    larger by far (1,024 x 151,936 logits x 38 B = 5.5 GiB for Qwen3 before 0.17)."""
     tokens = max_num_batched_tokens
     h = profile.hidden_size
     q_width = profile.num_attention_heads * profile.head_dim // tp
