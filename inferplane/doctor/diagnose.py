@@ -120,6 +120,8 @@ def _match(sig: Signature, lines: list[LogLine], version: str | None) -> Finding
             if m is None:
                 continue
             occurrences += 1
+            if pattern.assume and "assumed_version" not in values:
+                values["assumed_version"] = pattern.assume
             for key, val in m.groupdict().items():
                 if val is not None and key not in values:
                     values[key] = val.strip()
@@ -143,6 +145,7 @@ def _complete(finding: Finding, ctx: FixContext) -> None:
     sig = finding.signature
     values = finding.values
     ctx.used_estimator = False
+    ctx.assumed_version = values.pop("assumed_version", None)
     if sig.compute is not None:
         # a number the template needs stays missing on failure: the generic fix is shown
         with contextlib.suppress(KeyError, ValueError, ZeroDivisionError):

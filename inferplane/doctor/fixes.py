@@ -35,6 +35,11 @@ class FixContext:
     gpu: GpuSpec | None = None
     gpu_total_bytes: int | None = None  # when no catalog GPU is known
     used_estimator: bool = False  # set when a fix number came from the estimator
+    assumed_version: str | None = None  # the release the message's wording implies
+
+    @property
+    def version(self) -> str | None:
+        return self.log.vllm_version or self.assumed_version
 
     @property
     def has_hardware(self) -> bool:
@@ -51,8 +56,9 @@ class FixContext:
     def basis(self) -> str:
         assert self.profile is not None
         gpu = self.gpu.name if self.gpu else f"{(self.gpu_total_bytes or 0) / GIB:.2f} GiB GPU"
+        version = f", vLLM {self.version}" if self.version else ""
         return (f"{self.profile.name} on {gpu}, TP {self.tp}, "
-                f"utilization {self.utilization:.2f}")
+                f"utilization {self.utilization:.2f}{version}")
 
     def settings(self, **changes: object) -> EngineSettings:
         from inferplane.planner.estimate_types import EngineSettings
@@ -61,7 +67,7 @@ class FixContext:
             "tensor_parallel_size": self.tp,
             "gpu_memory_utilization": self.utilization,
             "max_model_len": self.log.max_model_len,
-            "vllm_version": self.log.vllm_version,
+            "vllm_version": self.version,
         }
         if self.log.dtype in ("float16", "bfloat16", "float32", "half"):
             base["dtype"] = "float16" if self.log.dtype == "half" else self.log.dtype
@@ -116,9 +122,13 @@ def kv_fit(ctx: FixContext, got: Values) -> Values:
         valid = _valid_tp(ctx)
         bigger = [t for t in valid if t > ctx.tp]
         out["next_tp"] = str(bigger[0]) if bigger else str(ctx.tp)
-        if auto.fits:
-            out["max_model_len_fit"] = str(auto.max_model_len)
-            out["fit_basis"] = f" for {ctx.basis()}, by the estimator"
+        failing = int(got.get("max_model_len") or ctx.log.max_model_len or 0)
+        fit = _longest_fit(ctx, failing - 1) if failing > 1 else (
+            auto.max_model_len if auto.fits else None)
+        if fit is not None:
+            out["max_model_len_fit"] = str(fit)
+            own = f"; the log's own figure is {log_fit}" if log_fit else ""
+            out["fit_basis"] = f" for {ctx.basis()}, by the estimator{own}"
         for tp in valid:
             est = ctx.estimate(tensor_parallel_size=tp, max_model_len=-1)
             if est is not None and est.fits:
@@ -130,6 +140,24 @@ def kv_fit(ctx: FixContext, got: Values) -> Values:
         out["next_tp"] = str(ctx.tp * 2)
         out["safe_utilization"] = _fmt(min(util, 0.9))
     return out
+
+
+def _longest_fit(ctx: FixContext, upper: int, step: int = 16) -> int | None:
+    """The largest max_model_len <= `upper` (a multiple of `step`) that the estimator says
+    fits, checked at that exact length (vLLM's activation profile depends on it)."""
+    def fits(length: int) -> bool:
+        est = ctx.estimate(max_model_len=length)
+        return est is not None and est.fits
+
+    lo, hi = 1, upper // step  # in steps
+    if hi < 1 or not fits(step):
+        return None
+    if fits(hi * step):
+        return hi * step
+    while hi - lo > 1:  # fits(lo * step) and not fits(hi * step)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid * step) else (lo, mid)
+    return lo * step
 
 
 def free_memory(ctx: FixContext, got: Values) -> Values:

@@ -57,6 +57,7 @@ class VersionRange:
 class Pattern:
     regex: re.Pattern[str]
     versions: VersionRange | None = None
+    assume: str | None = None  # the release to compute fixes for when the log names none
 
     def applies_to(self, version: str | None) -> bool:
         return version is None or self.versions is None or self.versions.contains(version)
@@ -87,10 +88,13 @@ class Signature:
 def _pattern(raw: Any, where: str) -> Pattern:
     if isinstance(raw, str):
         return Pattern(re.compile(raw))
-    if isinstance(raw, dict) and set(raw) <= {"regex", "versions"} and "regex" in raw:
+    if isinstance(raw, dict) and set(raw) <= {"regex", "versions", "assume"} and "regex" in raw:
         versions = VersionRange.parse(str(raw["versions"])) if "versions" in raw else None
-        return Pattern(re.compile(str(raw["regex"])), versions)
-    raise ValueError(f"{where}: a pattern is a regex or {{regex, versions}}, got {raw!r}")
+        assume = str(raw["assume"]) if "assume" in raw else None
+        if assume is not None and versions is not None and not versions.contains(assume):
+            raise ValueError(f"{where}: assume {assume} is outside versions {versions.text}")
+        return Pattern(re.compile(str(raw["regex"])), versions, assume)
+    raise ValueError(f"{where}: a pattern is a regex or {{regex, versions, assume}}, got {raw!r}")
 
 
 _KEYS = {"id", "title", "pitfalls", "kind", "match", "extract", "cause", "fix", "fix_generic",
