@@ -376,10 +376,19 @@ def plan_capacity(
         smallest_tp = min(c.tensor_parallel_size for c in candidates
                           if c.gpu_type == best.candidate.gpu_type)
         smallest = None
-        if best.replicas == 1 and best.candidate.tensor_parallel_size > smallest_tp:
+        wider = best.replicas == 1 and best.candidate.tensor_parallel_size > smallest_tp
+        if wider:
             smallest = search.single_failures.get((best.candidate.gpu_type, smallest_tp))
-        binding, detail = _binding(best, below, smallest, slo,
-                                   search.load_bound(best.candidate)[1])
+        if wider and smallest is None:  # never simulated: the load bound ruled it out
+            small = next(c for c in candidates if c.gpu_type == best.candidate.gpu_type
+                         and c.tensor_parallel_size == smallest_tp)
+            load, kind = search.load_bound(small)
+            binding, detail = "compute", (
+                f"TP {smallest_tp} fits, but one replica of it would be {load:.0%} busy on "
+                f"{kind} alone")
+        else:
+            binding, detail = _binding(best, below, smallest, slo,
+                                       search.load_bound(best.candidate)[1])
         answers.append(ModelAnswer(name, model_traffic, best, below, binding, detail,
                                    search.evaluated, unfit))
     return CapacityAnswer(answers, slo, total, time.perf_counter() - started, prices, notes)
@@ -407,6 +416,10 @@ def model_cost(answer: ModelAnswer, api: ApiPrice | None) -> dict[str, Any] | No
     )
     if api is not None:
         report["api_usd_per_day"] = api.usd_for(t.daily_requests * mean_in, daily_out)
+        if "breakeven_output_tokens_per_day" in report:
+            report["breakeven_requests_per_day"] = (
+                report["breakeven_output_tokens_per_day"] / mean_out
+            )
     return report
 
 

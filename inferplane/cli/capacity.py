@@ -137,6 +137,10 @@ def _print(answer: CapacityAnswer, api: ApiPrice | None, fragment: str, verdict:
             continue
         for line in describe(report):
             console.print(f"  {line}")
+        if "breakeven_requests_per_day" in report:
+            console.print(f"  break-even = {report['breakeven_requests_per_day']:,.0f} "
+                          f"requests/day of this mix; the API would cost "
+                          f"${report['api_usd_per_day']:,.0f}/day for the traffic's day")
         over_day = report.get("usd_per_m_output_tokens_over_the_day")
         if over_day is not None and not m.traffic.flat_day:
             console.print(f"  ${over_day:.3f} per 1M output tokens over the daily profile "
