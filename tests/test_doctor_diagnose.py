@@ -196,3 +196,13 @@ def test_model_named_in_the_log_is_found_in_the_hf_cache(tmp_path: Path,
             "tensor_parallel_size=1\n" + (DATA / "cuda-oom-startup.log").read_text())
     result = diagnose_text(text, source="t")
     assert result.model_profile is not None and result.findings[0].numbers_computed
+
+
+def test_readme_diagnosis_is_what_the_command_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = Path(__file__).parents[1]
+    command = ("$ inferplane diagnose tests/data/diagnose/kv-cache-too-small.v0.log --model "
+               "tests/data/models/meta-llama--Llama-3.1-8B-Instruct --gpu RTX-3090\n")
+    block = (repo / "README.md").read_text().split(command, 1)[1].split("\n```", 1)[0]
+    monkeypatch.chdir(repo)
+    result = runner.invoke(app, command.split()[2:])
+    assert result.output.rstrip("\n") == block.rstrip("\n")

@@ -131,3 +131,15 @@ def test_invalid_kb_entries_are_rejected() -> None:
             parse_kb({"signatures": [bad]})
     with pytest.raises(ValueError, match="duplicate"):
         parse_kb({"signatures": [good, good]})
+
+
+def test_docs_list_every_signature_as_generated() -> None:
+    from inferplane.doctor.kb import render_markdown
+
+    doc = (Path(__file__).parents[1] / "docs" / "diagnose.md").read_text()
+    start = doc.index("keeps it equal -->\n") + len("keeps it equal -->\n")
+    end = doc.index("<!-- end of generated signatures -->")
+    assert doc[start:end].strip() == render_markdown(KB).strip(), (
+        "docs/diagnose.md is stale: paste render_markdown(load_kb()) between the markers")
+    for sig in KB:
+        assert f"### {sig.id}" in doc

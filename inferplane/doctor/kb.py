@@ -157,3 +157,32 @@ def load_kb(path: Path = KB_PATH) -> tuple[Signature, ...]:
             f"invalid knowledge base: {exc}", field="signatures", value=str(path),
             fix="fix the entry named in the message (see the header of signatures.yaml)",
         ) from None
+
+
+def _plain(template: str) -> str:
+    """A template for reading: `{name}` placeholders as <name>, `{{` as `{`."""
+    text = re.sub(r"(?<!\{)\{([a-z_]+)\}(?!\})", r"<\1>", template)
+    return text.replace("{{", "{").replace("}}", "}")
+
+
+def render_markdown(kb: tuple[Signature, ...]) -> str:
+    """The signature reference of docs/diagnose.md (kept equal to the KB by a test)."""
+    out = [f"{len(kb)} signatures. `<name>` in a fix is a number read from the log or "
+           "computed by the estimator.", ""]
+    for sig in kb:
+        out.append(f"### {sig.id}")
+        out.append("")
+        pits = ", ".join(sig.pitfalls)
+        versions = f"; wording by vLLM version: {', '.join(sig.version_ranges)}" \
+            if sig.version_ranges else ""
+        out.append(f"**{sig.title}** ({sig.kind}; {pits}{versions})")
+        out.append("")
+        out.append(f"- cause: {_plain(sig.cause)}")
+        out.append(f"- fix: {_plain(sig.fix)}")
+        if sig.fix_generic:
+            out.append(f"- fix without model/GPU: {_plain(sig.fix_generic)}")
+        if sig.compute:
+            out.append(f"- numbers: `{sig.compute}` in inferplane/doctor/fixes.py")
+        out.append("- sources: " + "; ".join(sig.sources))
+        out.append("")
+    return "\n".join(out)
