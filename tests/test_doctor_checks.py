@@ -50,8 +50,12 @@ class RecordedHost:
         if self.directory is None:
             return None
         name = {("nvidia-smi",): "nvidia-smi.txt", ("nvidia-smi", "-L"): "nvidia-smi-L.txt",
-                ("nvidia-smi", "topo", "-m"): "nvidia-smi-topo.txt"}[tuple(argv)]
-        return CommandResult(0, (self.directory / name).read_text())
+                ("nvidia-smi", "topo", "-m"): "nvidia-smi-topo.txt",
+                ("nvidia-smi", "-q", "-d", "COMPUTE"): "nvidia-smi-q-compute.txt"}[tuple(argv)]
+        path = self.directory / name
+        if not path.is_file():  # not recorded for this host: the tool failed
+            return CommandResult(9, "", "Failed to query: not recorded")
+        return CommandResult(0, path.read_text())
 
     def nvml(self) -> NvmlApi | None:
         return self.fake_nvml  # type: ignore[return-value]
@@ -139,15 +143,23 @@ def test_nvlink_host_passes_topology_and_reports_busy_gpus(tmp_path: Path) -> No
 
 
 def test_mig_host_is_reported() -> None:
-    host = RecordedHost(DATA / "mig-a100", FakeNvml([FakeDevice("NVIDIA A100-SXM4-80GB")] * 2))
-    mig = _by_id(run_checks(DoctorInput(host)))["mig"]
+    host = RecordedHost(DATA / "mig-a100", FakeNvml([FakeDevice("NVIDIA A100-SXM4-80GB")] * 2),
+                        environ={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
+    checks = _by_id(run_checks(DoctorInput(host)))
+    mig = checks["mig"]
     assert mig.status == "warn" and mig.evidence == ["GPU 0: 2 MIG devices (3g.40gb, 3g.40gb)"]
+    mps = checks["mps"]
+    assert mps.status == "warn" and "GPU 00000000:0F:00.0: compute mode Exclusive_Process" in (
+        mps.evidence)
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in mps.evidence
+    pcie = _by_id(run_checks(DoctorInput(RecordedHost(DATA / "pcie-8gpu", None))))["mps"]
+    assert pcie.status == "skip" and "not recorded" in pcie.summary
 
 
 def test_no_gpu_host_skips_with_reasons() -> None:
     host = RecordedHost(None, None, busy_ports={8000})
     checks = _by_id(run_checks(DoctorInput(host), k8s=True))
-    for cid in ("driver-cuda", "mig", "topology"):
+    for cid in ("driver-cuda", "mig", "mps", "topology"):
         assert checks[cid].status == "skip" and "nvidia-smi is not on PATH" in checks[cid].summary
     assert checks["gpus"].status == "skip" and "NVML" in checks["gpus"].summary
     assert checks["vllm"].status == "skip" and checks["k8s"].status == "skip"
@@ -175,8 +187,8 @@ def test_doctor_runs_on_this_machine_without_a_traceback() -> None:
     doc = json.loads(result.output)
     assert doc["schema"] == "inferplane.doctor/v1"
     ids = [c["id"] for c in doc["checks"]]
-    assert ids[:10] == ["driver-cuda", "gpus", "mig", "topology", "nofile", "shm", "disk",
-                        "vllm", "nccl-env", "ports"]
+    assert ids[:11] == ["driver-cuda", "gpus", "mig", "mps", "topology", "nofile", "shm",
+                        "disk", "vllm", "nccl-env", "ports"]
     for check in doc["checks"]:
         assert list(check) == ["id", "status", "pitfall", "summary", "evidence", "fix"]
         if check["status"] == "skip":

@@ -17,6 +17,7 @@ from inferplane.doctor.host import (
     MIB,
     Host,
     best_group,
+    parse_compute_modes,
     parse_smi_header,
     parse_smi_list,
     parse_topo_matrix,
@@ -164,6 +165,29 @@ def check_mig(inp: DoctorInput) -> Check:
                  "not possible", "P17", evidence,
                  "address MIG devices by index in CUDA_VISIBLE_DEVICES (not UUID, P20), and size "
                  "models for the slice's memory")
+
+
+def check_mps(inp: DoctorInput) -> Check:
+    out, why = _smi(inp, "-q", "-d", "COMPUTE")
+    if out is None:
+        return Check("mps", "skip", f"could not read the compute modes: {why}", "P17")
+    modes = parse_compute_modes(out)
+    env = inp.host.env()
+    share = env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    evidence = [f"GPU {bus}: compute mode {mode}" for bus, mode in modes]
+    if env.get("CUDA_MPS_PIPE_DIRECTORY"):
+        evidence.append(f"CUDA_MPS_PIPE_DIRECTORY={env['CUDA_MPS_PIPE_DIRECTORY']}")
+    if share:
+        evidence.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={share}")
+    exclusive = [bus for bus, mode in modes if mode.startswith("Exclusive")]
+    if exclusive:
+        return Check("mps", "warn", f"{len(exclusive)} GPUs in exclusive-process mode: only one "
+                     "process (or the MPS server) may use each, so co-located models fail to "
+                     "start unless the MPS daemon runs", "P17", evidence,
+                     "start nvidia-cuda-mps-control -d for MPS sharing, or set the Default "
+                     "compute mode (nvidia-smi -c DEFAULT) to co-locate without MPS")
+    return Check("mps", "pass", "compute mode Default on all GPUs"
+                 + (f"; MPS thread share {share}%" if share else ""), "P17", evidence)
 
 
 def check_topology(inp: DoctorInput) -> Check:
@@ -319,8 +343,8 @@ def check_ports(inp: DoctorInput) -> Check:
 
 
 HOST_CHECKS: tuple[Callable[[DoctorInput], Check], ...] = (
-    check_driver, check_gpus, check_mig, check_topology, check_nofile, check_shm, check_disk,
-    check_vllm, check_nccl_env, check_ports,
+    check_driver, check_gpus, check_mig, check_mps, check_topology, check_nofile, check_shm,
+    check_disk, check_vllm, check_nccl_env, check_ports,
 )
 
 

@@ -164,6 +164,26 @@ def parse_smi_list(text: str) -> tuple[list[tuple[int, str, str]], list[MigDevic
     return gpus, migs
 
 
+_COMPUTE_GPU = re.compile(r"^GPU ([0-9A-Fa-f:.]+)\s*$")
+_COMPUTE_MODE = re.compile(r"^\s+Compute Mode\s*:\s*(\S+)")
+
+
+def parse_compute_modes(text: str) -> list[tuple[str, str]]:
+    """(PCI bus id, compute mode) per GPU from `nvidia-smi -q -d COMPUTE`."""
+    modes: list[tuple[str, str]] = []
+    bus: str | None = None
+    for line in text.splitlines():
+        m = _COMPUTE_GPU.match(line)
+        if m is not None:
+            bus = m.group(1)
+            continue
+        m = _COMPUTE_MODE.match(line)
+        if m is not None and bus is not None:
+            modes.append((bus, m.group(1)))
+            bus = None
+    return modes
+
+
 LINK_RANK = {"NV": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 GOOD_FOR_TP = ("NV", "PIX")
 
