@@ -4,6 +4,7 @@ check; issue 19.8: every model-addressed path drains; issue 18.11: a restart dra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -31,13 +32,15 @@ SETTINGS = SupervisorSettings(
 )  # fmt: skip
 
 
-async def _runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Runtime:
+async def _runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: SupervisorSettings = SETTINGS
+) -> Runtime:
     monkeypatch.setattr(StateDir, "running_pid", lambda self: os.getpid())
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(FLEET)
     rt = Runtime(
         load_fleet(fleet),
-        RuntimeOptions(state_dir=tmp_path / "s", gateway_port=0, settings=SETTINGS,
+        RuntimeOptions(state_dir=tmp_path / "s", gateway_port=0, settings=settings,
                        tenancy=False, control=False, grace_period_s=30),
     )  # fmt: skip
     await rt.start()
@@ -187,4 +190,37 @@ async def test_up_sets_tcp_nodelay_so_reused_connections_are_fast(
                 assert r.status_code == 200
         assert statistics.median(took) < 0.025  # generous; Nagle's delayed ACK is ~0.04 s
     finally:
+        await rt.drain_and_stop()
+
+
+async def test_streams_on_a_stopped_engine_end_when_the_supervisor_restarts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19.5 under `up`: SIGSTOP an engine mid-stream. Its stream ends with the SSE
+    error event once the supervisor decides to restart it, not after the kill (a stopped
+    process ignores SIGTERM for `stop_timeout_s`) nor after the gateway's idle timeout."""
+    import dataclasses
+    import signal
+
+    settings = dataclasses.replace(SETTINGS, stop_timeout_s=60)
+    rt = await _runtime(tmp_path, monkeypatch, settings)
+    rec = rt.supervisor.records["chat-0"]
+    pid = rec.pid
+    assert pid is not None
+    try:
+        body = {"model": "chat", "max_tokens": 2000, "ignore_eos": True, "stream": True,
+                "messages": [{"role": "user", "content": "a long answer"}]}  # fmt: skip
+        async with httpx.AsyncClient(timeout=30) as client, client.stream(
+            "POST", rt.gateway_url + "/v1/chat/completions", json=body
+        ) as r:
+            chunks = r.aiter_bytes()
+            first = await chunks.__anext__()
+            os.kill(pid, signal.SIGSTOP)  # the engine hangs mid-stream
+            rest = b"".join([c async for c in chunks])  # the 30 s client timeout would fail
+        events = [e for e in (first + rest).split(b"\n\n") if e]
+        assert b'"error"' in events[-2] and b"restarting" in events[-2]
+        assert events[-1] == b"data: [DONE]"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # lets SIGTERM through, so stopping is quick
         await rt.drain_and_stop()

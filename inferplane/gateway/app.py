@@ -312,6 +312,11 @@ class GatewayApp:
             for b in pool.backends:
                 yield name, b.label, b.outstanding, depth
 
+    def end_in_flight(self, url: str, reason: str) -> int:
+        """End every request in flight to the replica at `url` now (streams get the final
+        SSE error event naming `reason`), e.g. before a hung engine is killed."""
+        return self._upstream.abort(url.rstrip("/"), reason)
+
     def _count_unusable(self, backend: Backend, reason: str) -> None:
         self.metrics.engine_unusable.labels(backend.label, reason).inc()
 

@@ -217,6 +217,7 @@ class Runtime:
             self.instances, self.state_dir.log_dir, options.settings, self._on_change, prepare,
             drain_instance=self._drain_instance,
         )  # fmt: skip
+        self.supervisor.on_restart = self._end_in_flight
         gw_spec = fleet.gateway  # engines never see the gateway's tokens
         self.supervisor.hidden_env = frozenset(
             name for name in (gw_spec.admin_token_env, gw_spec.metrics_token_env) if name
@@ -382,6 +383,11 @@ class Runtime:
         if self._gateway_log is not None:
             _close_gateway_log(self._gateway_log)
             self._gateway_log = None
+
+    def _end_in_flight(self, rec: Supervised, reason: str) -> None:
+        """The supervisor restarts a failed instance: its streams end now, with the SSE
+        error event, instead of waiting for the kill (issue 19.5)."""
+        self.gateway.end_in_flight(rec.instance.url, f"{rec.instance.name} restarting: {reason}")
 
     async def _drain_instance(self, rec: Supervised) -> None:
         """Before a manual restart: the gateway no longer routes to the instance (it left

@@ -187,6 +187,10 @@ class Supervisor:
         self.drain_instance = drain_instance  # before a manual restart stops the process
         self.hidden_env: frozenset[str] = frozenset()  # never passed to engines (secrets)
         self._stale: set[str] = set()  # instances whose last on_change failed
+        # Told why an instance is about to be stopped for a restart (not a manual one,
+        # which drains): the runtime ends its requests in flight instead of letting them
+        # wait for the kill (a stopped process ignores SIGTERM until `stop_timeout_s`).
+        self.on_restart: Callable[[Supervised, str], None] | None = None
         self._gpu_locks: dict[str, asyncio.Lock] = {}
         self._start_slots: asyncio.Semaphore | None = None
         self.log_dir = log_dir
@@ -384,6 +388,11 @@ class Supervisor:
         if reason == "restart requested" and self.drain_instance is not None:
             self._log(rec.instance.name).write("--- draining before the restart\n")
             await self.drain_instance(rec)  # the gateway stopped routing to it above
+        elif reason != "restart requested" and self.on_restart is not None:
+            try:
+                self.on_restart(rec, reason)
+            except Exception as exc:
+                self._survived(rec, "restart callback", exc)
         self._log(rec.instance.name).write(f"--- restarting: {reason}\n")
         await self._stop_process(rec)
         now = loop.time()
