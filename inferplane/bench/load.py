@@ -106,8 +106,11 @@ async def run_load(
     max_duration_s: float = 600.0,
     headers: dict[str, str] | None = None,
     on_done: Callable[[RequestResult], None] | None = None,
+    warmup: int = 0,
 ) -> RunResult:
-    """Send `requests` to `base_url` with `load`; every request's timing, summarized."""
+    """Send `requests` to `base_url` with `load`; every request's timing, summarized.
+    `warmup`: copies of the first requests sent one by one first, not counted (connection
+    set-up and the server's first-request costs; `vllm bench serve` sends a test prompt)."""
     import aiohttp
 
     load.check()
@@ -117,8 +120,6 @@ async def run_load(
     results: list[RequestResult] = []
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=max_duration_s)
-    started_at = time.time()
-    start = time.perf_counter()
 
     async def one(session: aiohttp.ClientSession, request: BenchRequest, at: float) -> None:
         delay = at - (time.perf_counter() - start)
@@ -132,6 +133,11 @@ async def run_load(
             on_done(result)
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        for request in list(requests)[:warmup]:
+            await send(session, base_url, request, request.model or model, api=api,
+                       headers=headers)
+        started_at = time.time()
+        start = time.perf_counter()
         tasks = [asyncio.ensure_future(one(session, r, at))
                  for r, at in zip(requests, offsets, strict=True)]
         done, pending = await asyncio.wait(tasks, timeout=max_duration_s)
@@ -207,6 +213,7 @@ async def sweep(
     max_duration_s: float = 600.0,
     headers: dict[str, str] | None = None,
     on_level: Callable[[SweepRow], None] | None = None,
+    warmup: int = 0,
 ) -> Sweep:
     """Closed-loop runs at each concurrency until throughput stops growing (two levels in
     a row adding < 10% each), requests fail, or the levels run out."""
@@ -217,6 +224,7 @@ async def sweep(
         run = await run_load(
             base_url, make_requests(level), LoadSpec("concurrency", concurrency=level),
             model=model, api=api, slo=slo, max_duration_s=max_duration_s, headers=headers,
+            warmup=warmup if not rows else 0,
         )
         row = SweepRow(level, run)
         rows.append(row)

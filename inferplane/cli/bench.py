@@ -164,6 +164,7 @@ def bench(
     api_price: str | None = typer.Option(None, "--api-price",
                                          help="API price per 1M tokens: 0.6 or in=..,out=.."),
     seed: int = typer.Option(0, "--seed", help="Dataset and arrival seed."),
+    warmup: int = typer.Option(1, "--warmup", help="Uncounted requests sent first."),
     out: Path | None = typer.Option(None, "--out", help="Directory for bench.json and CSVs."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
@@ -208,7 +209,7 @@ def bench(
             chosen = served[0]
         run, swept, server = asyncio.run(_measure(
             url, engine_urls, make, load, levels, num_requests, chosen, api, targets,
-            max_duration_s, show_progress=not as_json,
+            max_duration_s, warmup, show_progress=not as_json,
         ))
     usd = _fleet_usd_per_hour(plan, gpu_hour_usd, price)
     summary = run.summary if run is not None else None
@@ -222,7 +223,7 @@ def bench(
         run.server = server
         document["run"] = run.as_dict()
     if swept is not None:
-        document["sweep"] = swept.as_dict()
+        document["sweep"] = {**swept.as_dict(), "server": server}
     if usd is not None and summary is not None:
         document["cost"] = cost_report(usd, summary.total_input_tokens / summary.duration_s,
                                        summary.output_throughput, api_cost)
@@ -241,7 +242,7 @@ def bench(
 async def _measure(
     url: str, engine_urls: list[str], make: Callable[[int], list[BenchRequest]],
     load: Any, levels: list[int] | None, num_requests: int, model: str, api: str,
-    slo: dict[str, float], max_duration_s: float, *, show_progress: bool,
+    slo: dict[str, float], max_duration_s: float, warmup: int, *, show_progress: bool,
 ) -> tuple[RunResult | None, Sweep | None, dict[str, Any]]:
     from rich.console import Console
     from rich.progress import Progress
@@ -258,7 +259,7 @@ async def _measure(
             task = progress.add_task(f"{load.describe()}", total=num_requests)
             run = await loads.run_load(
                 url, make(num_requests), load, model=model, api=api, slo=slo,
-                max_duration_s=max_duration_s,
+                max_duration_s=max_duration_s, warmup=warmup,
                 on_done=lambda _r: progress.advance(task),
             )
         else:
@@ -274,7 +275,7 @@ async def _measure(
             swept = await loads.sweep(
                 url, lambda c: make(max(num_requests, 4 * c))[: max(num_requests, 4 * c)],
                 levels, model=model, api=api, slo=slo, max_duration_s=max_duration_s,
-                on_level=level_done,
+                on_level=level_done, warmup=warmup,
             )
     after = [await scrape.fetch(u) for u in engine_urls]
     deltas = [scrape.server_delta(b, a) for b, a in zip(before, after, strict=True)]
