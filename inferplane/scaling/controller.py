@@ -35,11 +35,23 @@ from inferplane.gateway.engine_metrics import parse_engine_load
 from inferplane.scaling.events import EventLog
 from inferplane.scaling.metrics import ModelState, ScalingMetrics
 from inferplane.scaling.policy import Decision, ModelAutoscaler, Observation
+from inferplane.scaling.sla import SlaTracker, histogram, replica_model_for
 
 if TYPE_CHECKING:
     from inferplane.runtime.runner import Runtime
 
 log = logging.getLogger("inferplane.scaling")
+
+
+def _count(counter: Any, model: str, **labels: str) -> float:
+    """A prometheus Counter's total over the series of `model` (matching `labels`)."""
+    total = 0.0
+    for metric in counter.collect():
+        for sample in metric.samples:
+            if (sample.name.endswith("_total") and sample.labels.get("model") == model
+                    and all(sample.labels.get(k) == v for k, v in labels.items())):
+                total += sample.value
+    return total
 
 
 @dataclass
@@ -78,6 +90,8 @@ class ScalingController:
         self._acting: dict[str, asyncio.Task[None]] = {}
         self._busy: dict[str, _Busy] = {}
         self._refused: dict[str, str] = {}  # model -> the last refusal logged
+        self._texts: dict[str, str] = {}  # backend url -> its last engine /metrics text
+        self._sla: dict[str, SlaTracker] = {}  # SLA-mode models (built when first needed)
         self.errors = 0
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -158,8 +172,7 @@ class ScalingController:
         if jobs:
             await asyncio.gather(*jobs)
 
-    @staticmethod
-    async def _read_one(session: Any, backend: Any, now: float) -> None:
+    async def _read_one(self, session: Any, backend: Any, now: float) -> None:
         import aiohttp
 
         try:
@@ -170,6 +183,7 @@ class ScalingController:
             text = ""
         if text:
             backend.engine = parse_engine_load(text, now)
+            self._texts[backend.url] = text
 
     def observe(self, model: str) -> Observation:
         rt = self.runtime
@@ -194,10 +208,63 @@ class ScalingController:
                 waiting += load.waiting
                 kv = load.kv_usage if kv is None else max(kv, load.kv_usage)
         held = len(pool.queue) if not pool.any_routable() else 0
+        needed: int | None = None
+        note = ""
+        scaler = self.scalers[model]
+        if scaler.policy.sla_mode:
+            tracker = self._tracker(model)
+            loads = [rt.backend_of(n).engine for n in names]
+            running = sum(load.running for load in loads if load is not None)
+            ready = [n for n in names if rt.supervisor.records[n].state == "ready"]
+            texts = [self._texts.get(rt.backend_of(n).url, "") for n in ready]
+            itl = [histogram(t, "vllm:inter_token_latency_seconds") for t in texts]
+            ttft = [histogram(t, "vllm:time_to_first_token_seconds") for t in texts]
+            buckets: dict[float, float] = {}
+            for b, _, _ in ttft:
+                for le, v in b.items():
+                    buckets[le] = buckets.get(le, 0.0) + v
+            m = rt.gateway.metrics
+            tracker.update(
+                now, finished=_count(m.requests, model),
+                prompt_tokens=_count(m.tokens, model, kind="prompt"),
+                completion_tokens=_count(m.tokens, model, kind="completion"),
+                backlog=in_flight + len(pool.queue),
+                itl=(sum(x[1] for x in itl), sum(x[2] for x in itl)), ttft_buckets=buckets,
+                running=running / max(1, len(ready)),
+            )
+            estimate, note = tracker.estimate(scaler.bounds.max_replicas)
+            needed = max(scaler.bounds.min_replicas, estimate.replicas)
         return Observation(
             replicas=len(names), starting=starting, waiting=waiting, in_flight=in_flight,
-            capacity_per_replica=pool.cap, kv_usage=kv, held=held,
+            capacity_per_replica=pool.cap, kv_usage=kv, held=held, needed=needed, sla=note,
         )
+
+    def _tracker(self, model: str) -> SlaTracker:
+        tracker = self._sla.get(model)
+        if tracker is None:
+            rt = self.runtime
+            spec = rt.fleet.model(model)
+            assert spec is not None
+            planned = [i for i in rt.plan.instances if i.model == model] if rt.plan else []
+            if planned:
+                gpu, tp = planned[0].gpu_type, planned[0].tensor_parallel_size
+                max_len: int | None = planned[0].max_model_len
+            else:
+                from inferplane.runtime.instances import _sim_gpu
+
+                gpu = _sim_gpu(rt.fleet)
+                tp = spec.tensor_parallel_size if isinstance(spec.tensor_parallel_size,
+                                                             int) else 1
+                max_len = spec.max_model_len if isinstance(spec.max_model_len, int) else None
+            policy = self.scalers[model].policy
+            tracker = self._sla[model] = SlaTracker(
+                replica_model_for(spec.source, spec.engine_model_name, gpu=gpu, tp=tp,
+                                  max_num_seqs=rt.gateway.state.pools[model].cap,
+                                  max_model_len=max_len),
+                ttft_target_s=policy.target_ttft_p95_s, itl_target_s=policy.target_itl_p95_s,
+                halflife_s=policy.scale_up_window_s / 2,
+            )
+        return tracker
 
     # ---- acting -------------------------------------------------------------------------
 
@@ -242,11 +309,13 @@ class ScalingController:
             if from_zero:
                 self.metrics.cold_starts.labels(d.model, "wake").inc()
             return
-        name = await rt.add_replica(d.model, self.yield_candidates(d.model),
-                                    self._make_room_for_new)
+        names = []
+        for _ in range(max(1, d.desired - d.current)):
+            names.append(await rt.add_replica(d.model, self.yield_candidates(d.model),
+                                              self._make_room_for_new))
         self._refused.pop(d.model, None)
-        self.events.add(d.model, "scale_up", f"{d.reason}; started {name}", d.current,
-                        d.current + 1, name)
+        self.events.add(d.model, "scale_up", f"{d.reason}; started {', '.join(names)}",
+                        d.current, d.current + len(names), names[0])
         if from_zero:
             self.metrics.cold_starts.labels(d.model, "start").inc()
 

@@ -35,6 +35,8 @@ class Observation:
     capacity_per_replica: int = 256  # the gateway's concurrency cap (max_num_seqs)
     kv_usage: float | None = None  # highest over ready replicas; None: unknown
     held: int = 0  # requests waiting because no replica is awake (scale from zero)
+    needed: int | None = None  # SLA mode: replicas the performance model asks for
+    sla: str = ""  # SLA mode: predicted vs observed latency, for the reason
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,12 @@ class ModelAutoscaler:
         if p.target_kv_cache_usage is not None and obs.kv_usage is not None:
             high = high or obs.kv_usage > p.target_kv_cache_usage
         idle = obs.waiting == 0 and obs.in_flight <= (n - 1) * obs.capacity_per_replica / 2
+        step = n + 1
+        if obs.needed is not None:  # SLA mode: the model's count, besides the queue
+            self.signal += f"; SLA: {obs.needed} needed ({obs.sla})"
+            high = high or obs.needed > n
+            idle = obs.waiting == 0 and obs.needed < n
+            step = max(step, min(obs.needed, b.max_replicas))
         if high:
             self.idle_since = None
             if self.high_since is None:
@@ -117,7 +125,7 @@ class ModelAutoscaler:
                 and self._stable(now, self.last_down_at)
             ):
                 return self._decide(
-                    now, obs, "scale_up", n + 1,
+                    now, obs, "scale_up", step,
                     f"{self.signal} for {held_s:.3g} s (window {p.scale_up_window_s:g} s)",
                 )
             return None

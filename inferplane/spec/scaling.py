@@ -19,6 +19,14 @@ class ScalingPolicy(SpecModel):
     scale_up_window_s: PositiveFloat = 120.0  # signal must hold this long to add a replica
     scale_down_window_s: PositiveFloat = 600.0  # idle this long before removing one
     stabilization_s: PositiveFloat = 300.0  # no opposite move within this time
+    # SLA mode (docs/scaling.md): also scale to the replicas a performance model says these
+    # latency targets need at the observed request mix, before the queue builds.
+    target_ttft_p95_s: PositiveFloat | None = None
+    target_itl_p95_s: PositiveFloat | None = None
+
+    @property
+    def sla_mode(self) -> bool:
+        return self.target_ttft_p95_s is not None or self.target_itl_p95_s is not None
 
 
 class SleepPolicy(SpecModel):

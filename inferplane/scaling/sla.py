@@ -1,0 +1,206 @@
+"""SLA mode: replicas from latency targets, a performance model and the observed mix.
+
+The performance model of one replica is the simulator's step-time model for the model,
+GPU and TP (`inferplane.engines.sim.timing`, calibrated on vLLM measurements): a decode
+step of `b` sequences with their context costs `step_s(b)`, a prompt's prefill
+`prefill_s`. For a mix of `rate` requests/s with `prompt` and `output` tokens:
+
+- the largest batch `b` whose step time (x the online correction) meets the ITL target
+  gives one replica's throughput `b / (prefill + output x itl)` requests/s;
+- replicas `n = ceil(rate / (throughput x 0.8))` (a queueing margin), raised until the
+  predicted TTFT `prefill / (1 - rho)` (rho the utilization at n) meets the TTFT target.
+
+The correction is online: observed ITL (the engines' `vllm:inter_token_latency_seconds`)
+over the model's prediction at the observed batch, smoothed; observed TTFT p95 comes from
+the engines' `vllm:time_to_first_token_seconds` buckets. Both appear in the decision's
+reason next to the prediction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+UTILIZATION = 0.8  # of the ITL-bound throughput, for queueing
+
+
+@dataclass(frozen=True)
+class ReplicaModel:
+    step_s: Callable[[int, int], float]  # (decode seqs, context tokens summed) -> seconds
+    prefill_s: Callable[[int], float]  # prompt tokens -> seconds
+    max_num_seqs: int
+
+
+@dataclass(frozen=True)
+class Estimate:
+    replicas: int
+    batch: int
+    itl_s: float
+    ttft_s: float
+    throughput_per_replica: float
+
+
+def estimate(model: ReplicaModel, *, rate: float, prompt_tokens: float,
+             output_tokens: float, ttft_target_s: float | None, itl_target_s: float | None,
+             correction: float = 1.0, max_replicas: int = 1000) -> Estimate:
+    """Replicas needed for `rate` requests/s of this mix under the targets."""
+    prompt = max(1, int(prompt_tokens))
+    output = max(1.0, output_tokens)
+    context = prompt + int(output / 2)  # the mean context of a sequence while it decodes
+    prefill = model.prefill_s(prompt) * correction
+    batch = 1
+    for b in range(model.max_num_seqs, 0, -1):
+        batch = b
+        if itl_target_s is None or model.step_s(b, b * context) * correction <= itl_target_s:
+            break
+    itl = model.step_s(batch, batch * context) * correction
+    throughput = batch / (prefill + output * itl)
+    if rate <= 0:
+        return Estimate(0, batch, itl, prefill, throughput)
+    n = max(1, math.ceil(rate / (throughput * UTILIZATION)))
+    ttft = prefill
+    while n <= max_replicas:
+        rho = rate / (n * throughput) if n else 0.0
+        ttft = prefill / (1 - rho) if rho < 1 else math.inf
+        if ttft_target_s is None or ttft <= ttft_target_s:
+            break
+        n += 1
+    return Estimate(min(n, max_replicas), batch, itl, ttft, throughput)
+
+
+def replica_model_for(model_dir: str | None, served: str, *, gpu: str, tp: int,
+                      max_num_seqs: int, max_model_len: int | None) -> ReplicaModel:
+    """The simulator's timing model of one replica (the default profile without a
+    readable model directory)."""
+    from pathlib import Path
+
+    from inferplane.engines.sim.build import build_parts
+    from inferplane.engines.sim.config import SimEngineConfig
+    from inferplane.engines.sim.timing import StepShape
+
+    path = Path(model_dir) if model_dir else None
+    parts = build_parts(SimEngineConfig(
+        model=served, model_dir=path if path is not None and (path / "config.json").is_file()
+        else None, gpu=gpu, tensor_parallel_size=tp, max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+    ))
+    timing = parts.timing
+
+    def step_s(seqs: int, context: int) -> float:
+        return timing.step_time_s(StepShape(0, seqs, context, context, seqs))
+
+    def prefill_s(tokens: int) -> float:
+        return timing.step_time_s(StepShape(tokens, 0, tokens, tokens * (tokens + 1) // 2, 1))
+
+    return ReplicaModel(step_s, prefill_s, parts.memory.max_num_seqs)
+
+
+def histogram(text: str, name: str) -> tuple[dict[float, float], float, float]:
+    """(cumulative count per bucket bound, sum, count) of a histogram in Prometheus text,
+    summed over label sets (data-parallel ranks, replicas)."""
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        try:
+            v = float(value)
+        except ValueError:
+            continue
+        if head.startswith(name + "_bucket"):
+            at = head.find('le="')
+            if at < 0:
+                continue
+            bound = head[at + 4 : head.find('"', at + 4)]
+            le = math.inf if bound == "+Inf" else float(bound)
+            buckets[le] = buckets.get(le, 0.0) + v
+        elif head.startswith(name + "_sum"):
+            total += v
+        elif head.startswith(name + "_count"):
+            count += v
+    return buckets, total, count
+
+
+def quantile(delta: dict[float, float], q: float) -> float | None:
+    """The bucket bound where the cumulative `delta` counts reach `q` (None: no data)."""
+    if not delta:
+        return None
+    top = max(delta.values())
+    if top <= 0:
+        return None
+    for le in sorted(delta):
+        if delta[le] >= q * top:
+            return le
+    return None
+
+
+class SlaTracker:
+    """One model's observed mix and correction, updated every tick (EWMA)."""
+
+    def __init__(self, model: ReplicaModel, *, ttft_target_s: float | None,
+                 itl_target_s: float | None, halflife_s: float) -> None:
+        self.model = model
+        self.ttft_target_s = ttft_target_s
+        self.itl_target_s = itl_target_s
+        self.halflife_s = max(halflife_s, 1e-3)
+        self.rate = 0.0
+        self.prompt_tokens = 512.0  # until observed
+        self.output_tokens = 128.0
+        self.correction = 1.0
+        self.observed_itl_s: float | None = None
+        self.observed_ttft_p95_s: float | None = None
+        self._last: tuple[float, float, float, float, float] | None = None
+        self._itl: tuple[float, float] = (0.0, 0.0)
+        self._ttft: dict[float, float] = {}
+
+    def update(self, now: float, *, finished: float, prompt_tokens: float,
+               completion_tokens: float, backlog: float, itl: tuple[float, float],
+               ttft_buckets: dict[float, float], running: float) -> None:
+        last = self._last
+        self._last = (now, finished, prompt_tokens, completion_tokens, backlog)
+        if last is None:
+            self._itl, self._ttft = itl, ttft_buckets
+            return
+        dt = now - last[0]
+        if dt <= 0:
+            return
+        alpha = 1 - math.exp(-dt / self.halflife_s)
+        arrivals = max(0.0, (finished - last[1]) + (backlog - last[4]))
+        self.rate += alpha * (arrivals / dt - self.rate)
+        done = finished - last[1]
+        if done > 0 and completion_tokens > last[3]:
+            self.prompt_tokens += alpha * ((prompt_tokens - last[2]) / done - self.prompt_tokens)
+            self.output_tokens += alpha * ((completion_tokens - last[3]) / done
+                                           - self.output_tokens)
+        d_sum, d_count = itl[0] - self._itl[0], itl[1] - self._itl[1]
+        self._itl = itl
+        if d_count > 0 and running >= 1:
+            self.observed_itl_s = d_sum / d_count
+            b = max(1, round(running))
+            context = int(self.prompt_tokens + self.output_tokens / 2)
+            predicted = self.model.step_s(b, b * context)
+            if predicted > 0:
+                ratio = min(4.0, max(0.25, self.observed_itl_s / predicted))
+                self.correction += alpha * (ratio - self.correction)
+        delta = {le: v - self._ttft.get(le, 0.0) for le, v in ttft_buckets.items()}
+        self._ttft = ttft_buckets
+        p95 = quantile(delta, 0.95)
+        if p95 is not None:
+            self.observed_ttft_p95_s = p95
+
+    def estimate(self, max_replicas: int) -> tuple[Estimate, str]:
+        e = estimate(self.model, rate=self.rate, prompt_tokens=self.prompt_tokens,
+                     output_tokens=self.output_tokens, ttft_target_s=self.ttft_target_s,
+                     itl_target_s=self.itl_target_s, correction=self.correction,
+                     max_replicas=max_replicas)
+        seen_ttft = (f"{self.observed_ttft_p95_s:.3g} s" if self.observed_ttft_p95_s
+                     is not None else "-")
+        seen_itl = (f"{self.observed_itl_s * 1000:.3g} ms" if self.observed_itl_s
+                    is not None else "-")
+        note = (f"rate {self.rate:.2f}/s, {self.prompt_tokens:.0f}+{self.output_tokens:.0f} "
+                f"tokens; predicted TTFT {e.ttft_s:.3g} s, ITL {e.itl_s * 1000:.3g} ms at "
+                f"batch {e.batch}; observed TTFT p95 {seen_ttft}, ITL {seen_itl}; "
+                f"correction x{self.correction:.2f}")
+        return e, note

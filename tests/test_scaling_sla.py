@@ -1,0 +1,103 @@
+"""SLA mode: replicas from latency targets through the performance model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from inferplane.scaling.policy import ModelAutoscaler, Observation
+from inferplane.scaling.sla import (
+    ReplicaModel,
+    SlaTracker,
+    estimate,
+    histogram,
+    quantile,
+    replica_model_for,
+)
+from inferplane.spec import ModelScaling, ScalingPolicy
+
+# a toy replica: decode step 10 ms + 1 ms per sequence, prefill 0.1 ms per prompt token
+TOY = ReplicaModel(step_s=lambda b, ctx: 0.010 + 0.001 * b, prefill_s=lambda n: 1e-4 * n,
+                   max_num_seqs=64)
+
+
+def test_replicas_grow_with_the_rate_and_meet_both_targets() -> None:
+    counts = [estimate(TOY, rate=r, prompt_tokens=500, output_tokens=100, ttft_target_s=0.5,
+                       itl_target_s=0.05).replicas for r in (0.5, 5, 20, 80)]
+    assert counts == sorted(counts) and counts[0] == 1 and counts[-1] > counts[1]
+    e = estimate(TOY, rate=20, prompt_tokens=500, output_tokens=100, ttft_target_s=0.5,
+                 itl_target_s=0.05)
+    assert e.itl_s <= 0.05 and e.ttft_s <= 0.5
+    assert 20 / (e.replicas * e.throughput_per_replica) <= 0.8 + 1e-9
+    assert estimate(TOY, rate=0, prompt_tokens=1, output_tokens=1, ttft_target_s=None,
+                    itl_target_s=None).replicas == 0
+
+
+def test_a_tighter_itl_target_shrinks_the_batch_and_needs_more_replicas() -> None:
+    loose = estimate(TOY, rate=20, prompt_tokens=500, output_tokens=100, ttft_target_s=None,
+                     itl_target_s=0.08)
+    tight = estimate(TOY, rate=20, prompt_tokens=500, output_tokens=100, ttft_target_s=None,
+                     itl_target_s=0.02)
+    assert tight.batch < loose.batch and tight.replicas > loose.replicas
+    # a slower engine than modelled (correction 2x) needs more
+    slow = estimate(TOY, rate=20, prompt_tokens=500, output_tokens=100, ttft_target_s=None,
+                    itl_target_s=0.08, correction=2.0)
+    assert slow.replicas > loose.replicas
+
+
+def test_the_tracker_learns_rate_mix_and_correction_online() -> None:
+    t = SlaTracker(TOY, ttft_target_s=0.5, itl_target_s=0.05, halflife_s=1.0)
+    finished = prompt = completion = itl_sum = itl_count = 0.0
+    for tick in range(60):  # 10 requests/s, 200 + 50 tokens, ITL twice the model's
+        finished += 1
+        prompt += 200
+        completion += 50
+        itl_count += 50
+        itl_sum += 50 * 2 * (0.010 + 0.001 * 4)
+        t.update(tick * 0.1, finished=finished, prompt_tokens=prompt,
+                 completion_tokens=completion, backlog=0, itl=(itl_sum, itl_count),
+                 ttft_buckets={0.1: finished, math.inf: finished}, running=4)
+    assert t.rate == pytest.approx(10, rel=0.05)
+    assert t.prompt_tokens == pytest.approx(200, rel=0.1)
+    assert t.output_tokens == pytest.approx(50, rel=0.1)
+    assert t.correction == pytest.approx(2.0, rel=0.1)
+    e, note = t.estimate(10)
+    assert "predicted TTFT" in note and "observed TTFT p95 0.1 s" in note and e.replicas >= 1
+
+
+def test_histogram_parsing_and_quantile() -> None:
+    text = "\n".join([
+        'vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 90',
+        'vllm:time_to_first_token_seconds_bucket{le="0.5",model_name="m"} 99',
+        'vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 100',
+        'vllm:time_to_first_token_seconds_sum{model_name="m"} 12.5',
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 100',
+    ])
+    buckets, total, count = histogram(text, "vllm:time_to_first_token_seconds")
+    assert buckets == {0.1: 90, 0.5: 99, math.inf: 100} and (total, count) == (12.5, 100)
+    assert quantile(buckets, 0.95) == 0.5 and quantile({}, 0.95) is None
+
+
+def test_the_simulators_model_is_the_performance_model() -> None:
+    m = replica_model_for(None, "m", gpu="H100-SXM-80GB", tp=1, max_num_seqs=32,
+                          max_model_len=4096)
+    assert m.max_num_seqs == 32
+    assert 0 < m.step_s(1, 1000) < m.step_s(32, 32000)
+    assert m.prefill_s(100) < m.prefill_s(4000)
+
+
+def test_sla_mode_scales_on_the_model_before_any_queue() -> None:
+    policy = ScalingPolicy(target_waiting_requests=5, scale_up_window_s=1,
+                           scale_down_window_s=5, stabilization_s=1, target_ttft_p95_s=0.5)
+    s = ModelAutoscaler("m", ModelScaling(min_replicas=1, max_replicas=8), policy)
+    rising = Observation(replicas=1, waiting=0, in_flight=2, capacity_per_replica=64,
+                         needed=3, sla="rate 20/s")
+    assert s.observe(0, rising) is None
+    d = s.observe(1, rising)
+    assert d is not None and d.desired == 3 and "SLA: 3 needed (rate 20/s)" in d.reason
+    falling = Observation(replicas=3, waiting=0, in_flight=30, capacity_per_replica=64,
+                          needed=2)
+    assert s.observe(2, falling) is None
+    d = s.observe(7, falling)
+    assert d is not None and d.action == "scale_down" and d.desired == 2
