@@ -224,3 +224,34 @@ async def test_streams_on_a_stopped_engine_end_when_the_supervisor_restarts_it(
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)  # lets SIGTERM through, so stopping is quick
         await rt.drain_and_stop()
+
+
+async def test_drain_does_not_wait_for_a_slow_body_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19.3: a client trickling its body held `up`'s drain for the whole grace period
+    (30 s here); now it gets 503 at once and the drain takes what the real stream needs."""
+    rt = await _runtime(tmp_path, monkeypatch)
+    host, port = rt.gateway_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                 b"Content-Length: 100\r\n\r\n{\"model\": ")  # fmt: skip
+    await writer.drain()
+    body = {"model": "chat", "max_tokens": 40, "ignore_eos": True, "stream": True,
+            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+    loop = asyncio.get_running_loop()
+    async with httpx.AsyncClient(timeout=30) as client, client.stream(
+        "POST", rt.gateway_url + "/v1/chat/completions", json=body
+    ) as r:
+        chunks = r.aiter_bytes()
+        first = await chunks.__anext__()
+        t0 = loop.time()
+        drained = asyncio.ensure_future(rt.drain_and_stop())
+        slow = await asyncio.wait_for(reader.read(), 10)
+        rest = b"".join([c async for c in chunks])
+    assert await asyncio.wait_for(drained, 25)  # every request finished within the grace
+    took = loop.time() - t0
+    assert slow.startswith(b"HTTP/1.1 503 ")
+    assert (first + rest).endswith(b"data: [DONE]\n\n")  # the real stream ran to its end
+    assert took < 15  # far below the 30 s grace period the slow client used to hold
+    writer.close()
