@@ -206,3 +206,37 @@ def test_readme_diagnosis_is_what_the_command_prints(monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(repo)
     result = runner.invoke(app, command.split()[2:])
     assert result.output.rstrip("\n") == block.rstrip("\n")
+
+
+def test_kubernetes_api_wrapper_serialises_client_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes import client, config
+
+    from inferplane.doctor.k8s import KubernetesApi
+
+    class FakeCore:
+        def read_namespaced_pod(self, name: str, namespace: str) -> Any:
+            status = client.V1PodStatus(phase="Running", container_statuses=[
+                client.V1ContainerStatus(
+                    name="vllm", image="i", image_id="", ready=False, restart_count=2,
+                    last_state=client.V1ContainerState(terminated=client.V1ContainerStateTerminated(
+                        exit_code=137, reason="OOMKilled")))])
+            return client.V1Pod(metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                                status=status)
+
+        def read_namespaced_pod_log(self, name: str, namespace: str, **kw: Any) -> str:
+            return "INFO loading\n" if not kw["previous"] else "INFO previous run\n"
+
+        def list_namespaced_event(self, namespace: str, field_selector: str) -> Any:
+            assert field_selector == "involvedObject.name=vllm-0"
+            return client.CoreV1EventList(items=[client.CoreV1Event(
+                metadata=client.V1ObjectMeta(name="e"), involved_object=client.V1ObjectReference(),
+                type="Warning", reason="BackOff", count=3,
+                message="Back-off restarting failed container vllm")])
+
+    monkeypatch.setattr(config, "load_kube_config", lambda: None)
+    monkeypatch.setattr(client, "CoreV1Api", FakeCore)
+    text = pod_text(KubernetesApi(), "inference", "vllm-0")
+    assert "Reason: OOMKilled" in text and "Exit Code: 137" in text
+    assert "INFO previous run" in text and "Back-off restarting" in text
+    ids = [f.signature.id for f in diagnose_text(text, source="pod").findings]
+    assert "k8s-oomkilled" in ids
