@@ -111,7 +111,10 @@ def estimate(
     pipeline_parallel_size: int = typer.Option(
         1, "--pipeline-parallel-size", "-pp", help="Pipeline stages (nodes), each with TP GPUs."
     ),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
+    gpu_memory_utilization: float | None = typer.Option(
+        None, "--gpu-memory-utilization",
+        help="Fraction of each card; default: the release's (0.9, 0.92 from vLLM 0.21).",
+    ),
     max_model_len: str | None = typer.Option(None, "--max-model-len", help="Tokens, or auto."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs"),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens"),
@@ -131,8 +134,15 @@ def estimate(
     from inferplane.models import load_profile
     from inferplane.planner.estimate_types import EngineSettings
     from inferplane.planner.memory import estimate_memory
+    from inferplane.planner.vllm_versions import (
+        DEFAULT_VLLM_VERSION,
+        default_gpu_memory_utilization,
+    )
 
     try:
+        if gpu_memory_utilization is None:
+            gpu_memory_utilization = default_gpu_memory_utilization(
+                vllm_version or DEFAULT_VLLM_VERSION)
         if gpu is not None and gpu_memory_gib is not None:
             raise InferplaneError(
                 "give either --gpu or --gpu-memory-gib, not both", field="--gpu", value=gpu,
