@@ -143,3 +143,15 @@ def test_docs_list_every_signature_as_generated() -> None:
         "docs/diagnose.md is stale: paste render_markdown(load_kb()) between the markers")
     for sig in KB:
         assert f"### {sig.id}" in doc
+
+
+def test_prefixes_are_stripped_from_every_log_style() -> None:
+    from inferplane.doctor.logtext import clean_line
+
+    message = "ValueError: boom"
+    for prefix in ("(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] ",
+                   "[rank0]: ", "2024-02-08T08:40:56.161618385Z ", "vllm-1  | ",
+                   "\x1b[36m(EngineCore_DP0 pid=7)\x1b[0m ", "> [2026-01-28T23:59:42Z] ",
+                   "(RayWorkerWrapper pid=1463574, ip=192.168.10.60) INFO 03-27 10:29:01 "
+                   "[worker.py:267] "):
+        assert clean_line(prefix + message) == message, prefix
