@@ -133,6 +133,10 @@ def kv_fit(ctx: FixContext, got: Values) -> Values:
             est = ctx.estimate(tensor_parallel_size=tp, max_model_len=-1)
             if est is not None and est.fits:
                 out["min_tp_fit"] = str(tp)
+                out["tp_advice"] = (
+                    f"the smallest TP that fits is {tp}" if tp > ctx.tp else
+                    f"TP {ctx.tp} fits by the estimator, so memory is held by something else "
+                    "(another process on the GPU, P22) or the utilization is too low")
                 break
     elif log_fit:
         out["max_model_len_fit"] = log_fit
