@@ -240,3 +240,16 @@ def test_kubernetes_api_wrapper_serialises_client_objects(monkeypatch: pytest.Mo
     assert "INFO previous run" in text and "Back-off restarting" in text
     ids = [f.signature.id for f in diagnose_text(text, source="pod").findings]
     assert "k8s-oomkilled" in ids
+
+
+def test_no_memory_fix_names_the_smallest_tp_that_fits() -> None:
+    text = (DATA / "no-memory-for-kv-cache.log").read_text()
+    big = _finding(text, "no-memory-for-kv-cache", model_dir=MODELS / "Qwen--Qwen3-32B",
+                   gpu_name="L40S")
+    assert "the smallest TP that fits is 2" in big.fix
+    huge = _finding(text, "no-memory-for-kv-cache", model_dir=MODELS / "Qwen--Qwen3-32B",
+                    gpu_name="L4")
+    assert "the smallest TP that fits is 4" in huge.fix
+    small = _finding(text, "no-memory-for-kv-cache", model_dir=MODELS / "Qwen--Qwen3-8B",
+                     gpu_name="H100")
+    assert "TP 1 fits by the estimator" in small.fix
