@@ -35,6 +35,9 @@ SHM_WANTED_BYTES = 1 * GIB
 DISK_WANTED_MIB_S = 200.0
 DISK_PROBE_BYTES = 256 * MIB
 BUSY_GPU_BYTES = 1 * GIB
+# The pip packages that carry the CUDA runtime torch was built against.
+CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13",
+                         "nvidia-cuda-runtime")
 # CUDA runtime of torch's default PyPI wheels, by torch minor release.
 TORCH_DEFAULT_CUDA = {"2.1": "12.1", "2.2": "12.1", "2.3": "12.1", "2.4": "12.1",
                       "2.5": "12.4", "2.6": "12.4", "2.7": "12.6", "2.8": "12.8",
@@ -91,7 +94,8 @@ def check_driver(inp: DoctorInput) -> Check:
         return Check("driver-cuda", "skip", f"could not read the driver: {why}", "P31")
     driver, cuda = parse_smi_header(out)
     evidence = [f"driver {driver}, supports CUDA {cuda}"]
-    runtime = inp.host.package_version("nvidia-cuda-runtime-cu12")
+    runtime = next((v for v in map(inp.host.package_version, CUDA_RUNTIME_PACKAGES) if v),
+                   None)
     torch = inp.host.package_version("torch")
     wheel = ".".join(runtime.split(".")[:2]) if runtime else torch_cuda_version(torch)
     if wheel is None and torch:
@@ -297,6 +301,7 @@ def check_disk(inp: DoctorInput) -> Check:
 
 def check_vllm(inp: DoctorInput) -> Check:
     from inferplane.engines.vllm.flags import flag_problem
+    from inferplane.errors import InferplaneError
 
     installed = inp.host.package_version("vllm")
     if installed is None:
@@ -310,7 +315,10 @@ def check_vllm(inp: DoctorInput) -> Check:
             problems.append(f"the fleet pins vLLM {wanted}, this host has {installed}")
         for model in inp.fleet.models:
             for flag in model.extra_args:
-                found = flag_problem(flag, installed.split("+")[0])
+                try:
+                    found = flag_problem(flag, installed.split("+")[0])
+                except InferplaneError:  # a development build's version string
+                    found = None
                 if found is not None:
                     problems.append(f"{model.name}: {found[0]}; {found[1]}")
     if problems:
