@@ -253,3 +253,13 @@ def test_no_memory_fix_names_the_smallest_tp_that_fits() -> None:
     small = _finding(text, "no-memory-for-kv-cache", model_dir=MODELS / "Qwen--Qwen3-8B",
                      gpu_name="H100")
     assert "TP 1 fits by the estimator" in small.fix
+
+
+def test_preemption_fix_computes_kv_capacity() -> None:
+    text = (DATA / "kv-cache-preemption.log").read_text()
+    h100 = _finding(text, "kv-cache-preemption", model_dir=MODELS / "Qwen--Qwen3-32B",
+                    gpu_name="H100")
+    h200 = _finding(text, "kv-cache-preemption", model_dir=MODELS / "Qwen--Qwen3-32B",
+                    gpu_name="H200")
+    assert int(h200.values["kv_tokens_fit"]) > int(h100.values["kv_tokens_fit"])
+    assert h100.numbers_computed and f"--max-num-seqs at {h200.values['seqs_fit']}" in h200.fix

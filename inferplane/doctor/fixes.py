@@ -312,3 +312,24 @@ def k8s_nodes(ctx: FixContext, got: Values) -> Values:
 
 
 COMPUTE["k8s_nodes"] = k8s_nodes
+
+
+def kv_capacity(ctx: FixContext, got: Values) -> Values:
+    """P09: the KV tokens and full-length sequences the cache holds, by the estimator."""
+    est = ctx.estimate()
+    if est is not None and not est.fits:  # the log's length does not fit: what would
+        est = ctx.estimate(max_model_len=-1)
+    if est is None or not est.fits:
+        return {}
+    bigger = [t for t in _valid_tp(ctx) if t > ctx.tp] if ctx.profile else []
+    return {
+        "kv_tokens_fit": f"{est.kv_cache_tokens}",
+        "seqs_fit": f"{max(1, math.floor(est.max_concurrency))}",
+        "max_len_fit": f"{est.max_model_len}",
+        "basis": ctx.basis() + ", by the estimator",
+        "utilization_up": _fmt(min(0.95, ctx.utilization + 0.05)),
+        "next_tp": str(bigger[0]) if bigger else str(ctx.tp),
+    }
+
+
+COMPUTE["kv_capacity"] = kv_capacity
