@@ -263,3 +263,13 @@ def test_preemption_fix_computes_kv_capacity() -> None:
                     gpu_name="H200")
     assert int(h200.values["kv_tokens_fit"]) > int(h100.values["kv_tokens_fit"])
     assert h100.numbers_computed and f"--max-num-seqs at {h200.values['seqs_fit']}" in h200.fix
+
+
+def test_pod_with_several_containers_reads_the_gpu_one() -> None:
+    from inferplane.doctor.k8s import _engine_container
+
+    pod = {"spec": {"containers": [
+        {"name": "sidecar"}, {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    assert _engine_container(pod) == "vllm"
+    assert _engine_container({"spec": {"containers": [{"name": "only"}]}}) is None
+    assert _engine_container({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}) == "a"

@@ -140,11 +140,25 @@ def _status_lines(pod: Json) -> list[str]:
     return lines
 
 
+def _engine_container(pod: Json) -> str | None:
+    """With several containers the log API needs a name: the one that requests GPUs (the
+    engine), else the first. None for a single container."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if len(containers) < 2:
+        return None
+    for c in containers:
+        limits = ((c.get("resources") or {}).get("limits") or {})
+        if limits.get("nvidia.com/gpu"):
+            return str(c.get("name"))
+    return str(containers[0].get("name"))
+
+
 def pod_text(api: ClusterApi, namespace: str, name: str, *, container: str | None = None,
              tail_lines: int = 5000) -> str:
     """One text to diagnose: the pod's state and events the way `kubectl describe` prints
     them, the previous container's log (after a restart) and the current log."""
     pod = api.pod(namespace, name)
+    container = container or _engine_container(pod)
     parts = [f"# pod {namespace}/{name}", *_status_lines(pod), "Events:"]
     parts += [_event_line(e) for e in api.events(namespace, name)]
     restarted = any((cs.get("restartCount") or 0) > 0
