@@ -148,7 +148,7 @@ def _complete(finding: Finding, ctx: FixContext) -> None:
     ctx.assumed_version = values.pop("assumed_version", None)
     if sig.compute is not None:
         # a number the template needs stays missing on failure: the generic fix is shown
-        with contextlib.suppress(KeyError, ValueError, ZeroDivisionError):
+        with contextlib.suppress(Exception):  # never a traceback from a fix computation
             values.update(COMPUTE[sig.compute](ctx, dict(values)))
     finding.cause = _render(sig.cause, values) or sig.cause.format_map(_Lenient(values))
     fix = _render(sig.fix, values)
