@@ -1,0 +1,44 @@
+"""`inferplane bench` from the command line: a URL target, JSON and CSV results, cost."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from inferplane.cli.main import _register_commands, app
+from inferplane.engines.sim import EngineHost, SimEngineConfig
+from inferplane.errors import InferplaneError
+
+
+def test_bench_a_url_writes_json_and_csv(tmp_path: Path) -> None:
+    _register_commands()
+    with EngineHost([SimEngineConfig(model="m", max_model_len=2048)]) as handles:
+        result = CliRunner().invoke(app, [
+            "bench", handles[0].url, "--num-requests", "6", "--concurrency", "2",
+            "--input-len", "32", "--output-len", "4", "--dataset", "prefix",
+            "--prefix-len", "64", "--slo", "ttft_ms=5000", "--gpu-hour-usd", "2.0",
+            "--api-price", "in=0.1,out=0.4", "--out", str(tmp_path), "--json",
+        ])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    run = data["run"]
+    assert data["model"] == "m" and run["completed"] == 6 and run["failed"] == 0
+    assert run["total_output_tokens"] == 24
+    assert run["request_goodput_req_s"] > 0
+    assert data["token_counts"].startswith("approximate")
+    assert run["server"]["scraped"] and run["server"]["prefix_cache_hit_rate"] > 0
+    assert data["cost"]["usd_per_m_output_tokens"] > 0
+    with (tmp_path / "requests.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 6 and all(r["success"] == "True" for r in rows)
+    assert json.loads((tmp_path / "bench.json").read_text())["run"]["completed"] == 6
+
+
+def test_bench_refuses_a_target_that_is_neither_url_nor_file() -> None:
+    _register_commands()
+    result = CliRunner().invoke(app, ["bench", "no-such-fleet.yaml"])
+    assert isinstance(result.exception, InferplaneError)  # main() turns it into exit 2
+    assert "not a URL nor a fleet file" in str(result.exception)
