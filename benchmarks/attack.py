@@ -332,6 +332,72 @@ async def connection_cap(cap: int, extra: int) -> None:
     await stop_engines(handles)
 
 
+_FD_GATEWAY = """
+import resource, sys
+sys.path.insert(0, {repo!r})
+resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+import uvicorn
+from inferplane.gateway import GatewayConfig, ModelRoute, build_app
+from inferplane.gateway.server import uvicorn_config
+app = build_app(GatewayConfig(models=(ModelRoute("m", endpoints=({url!r},)),), access_log=False))
+uvicorn.Server(uvicorn_config(app, "127.0.0.1", {port})).run()
+"""
+
+
+async def fd_exhaustion(limit: int, conns: int) -> None:
+    """A gateway process with a low descriptor limit, flooded with open connections: it
+    refuses the excess with 503 before it runs out, and serves again afterwards."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    handles = await sims(1)
+    probe = socket.socket()
+    probe.bind((HOST, 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    code = _FD_GATEWAY.format(repo=str(REPO), limit=limit, url=handles[0].url, port=port)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://{HOST}:{port}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(200):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with s.get(url + "/health") as r:
+                        if r.status == 200:
+                            break
+                await asyncio.sleep(0.05)
+        held = [await asyncio.open_connection(HOST, port) for _ in range(conns)]
+        refused = 0
+        await asyncio.sleep(0.3)
+        for reader, _ in held:
+            with contextlib.suppress(TimeoutError):
+                data = await asyncio.wait_for(reader.read(64), 0.05)
+                refused += data.startswith(b"HTTP/1.1 503")
+        for _, writer in held:
+            writer.close()
+        await asyncio.sleep(0.5)
+        async with aiohttp.ClientSession() as s:
+            after = await post_many(s, url, GOOD, 5, 1)
+        alive = proc.returncode is None
+        stderr = b""
+    finally:
+        proc.terminate()
+        _, stderr = await proc.communicate()
+        await stop_engines(handles)
+    emfile = b"Too many open files" in stderr
+    ROWS.append((
+        f"fd exhaustion (gateway soft limit {limit})", f"{conns} open connections",
+        f"refused {refused} with 503; after: {fmt(after)}",
+        f"cap {(limit - 256) // 2}; alive {alive}; 'Too many open files' logged: {emfile}",
+        alive and after[200] == 5 and refused >= conns - (limit - 256) // 2 and not emfile,
+    ))  # fmt: skip
+
+
 async def hung_replica(n: int) -> None:
     handles = await sims(2, hang_after_requests=2)  # the first replica hangs after 2 requests
     timeouts = Timeouts(first_token_s=1.0, idle_s=3.0, total_s=30)
@@ -490,6 +556,7 @@ async def main(quick: bool) -> int:
         ("aborted", lambda: aborted_streams(60)),
         ("slow", lambda: slow_connections(100 * k, limits)),
         ("cap", lambda: connection_cap(200, 20 * k)),
+        ("fds", lambda: fd_exhaustion(512, 400)),
         ("hung", lambda: hung_replica(10 * k)),
         ("drain", drain_with_slow_client),
         ("admin", lambda: admin_fuzz(200 * k)),
