@@ -267,8 +267,8 @@ class UpstreamClient:
                 return conn
             except UpstreamError:
                 conn.close()
-                if conn.got_data:
-                    raise
+                if conn.got_data or isinstance(conn.error, ReplicaEjected):
+                    raise  # (an ejected replica: retry elsewhere, not on a new connection)
                 # The engine closed this idle connection meanwhile: try the next one.
             except BaseException:
                 conn.close()
