@@ -65,6 +65,8 @@ def model_route(
         timeouts=_timeouts(model, defaults),
         retries=model.routing.retries,
         eject_after_failures=model.routing.eject_after_failures,
+        eject_after_5xx=model.routing.eject_after_5xx,
+        max_ejection_percent=model.routing.max_ejection_percent,
         admission=Admission(
             max_queue_depth=model.routing.max_queue_depth,
             max_queue_wait_s=model.routing.max_queue_wait_s,

@@ -104,7 +104,12 @@ class RoutingSpec(SpecModel):
     max_queue_wait_s: PositiveFloat = 30.0  # longest wait in the gateway queue; then 503
     long_prompt: LongPromptSpec | None = None  # a separate lane for long prompts (P39)
     retries: int = Field(default=2, strict=True, ge=0)  # other replicas, before the first byte
-    eject_after_failures: PositiveInt = 3  # consecutive failures; readmitted when healthy
+    # Outlier detection (docs/gateway.md): the replica's own failures in a row (connect,
+    # reset, death mid-stream, timeouts), 5xx answers in a row that another replica did not
+    # share, and the largest share of replicas ejected at once; readmitted when healthy.
+    eject_after_failures: PositiveInt = 3
+    eject_after_5xx: PositiveInt = 5
+    max_ejection_percent: float = Field(default=50.0, ge=0, le=100, allow_inf_nan=False)
 
 
 class MaxTokensCap(SpecModel):
