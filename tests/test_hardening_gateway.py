@@ -215,3 +215,26 @@ def test_streams_on_an_ejected_replica_end_with_the_error_event_at_once(
     assert events[-1] == b"data: [DONE]"
     (backend,) = app.state.backends("m")
     assert backend.ejected
+
+
+def test_fleet_file_settings_reach_the_gateway(tmp_path: Path) -> None:
+    from inferplane.gateway.fleet import gateway_config_from_fleet
+    from inferplane.spec import load_fleet
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "models:\n"
+        "  - name: m\n"
+        "    endpoints: ['http://127.0.0.1:9']\n"
+        "    routing: {eject_after_5xx: 7, max_ejection_percent: 25}\n"
+        "gateway:\n"
+        "  connections: {header_timeout_s: 5, max_header_bytes: 4096, max_connections: 99}\n"
+    )
+    config = gateway_config_from_fleet(load_fleet(path))
+    (route,) = config.models
+    assert (route.eject_after_5xx, route.max_ejection_percent) == (7, 25.0)
+    limits = config.connections
+    assert (limits.header_timeout_s, limits.max_header_bytes, limits.max_connections) == (
+        5.0, 4096, 99,
+    )  # fmt: skip
+    assert limits.body_timeout_s == 30.0  # the safe default
