@@ -128,12 +128,12 @@ def test_a_disconnect_after_n_chunks_bills_n_tokens_and_the_budget_holds(
     tenancy = Tenancy(store, auth="auto", refresh_s=0.05, ledger_flush_s=0.05)
     engine = harness.engine("m")
     engine.chunks = 40
-    engine.chunk_delay_s = 0.05
+    n = 3
+    engine.stall_after_chunks = n  # exactly n chunks reach the client, which then leaves
     _, url = gateway(harness, [engine], tenancy)
     _, secret = harness.run(create_key(store, "capped", budget_tokens=120, budget_period="day"))
     harness.run(tenancy.refresh())
     headers = {"Authorization": f"Bearer {secret}"}
-    n = 3
     codes = []
     with http_client() as client:
         for _ in range(12):
