@@ -73,7 +73,7 @@ models:
     routing: {{max_queue_depth: 4096, max_queue_wait_s: {wait}}}
 scaling:
   policy:
-    target_waiting_requests: 2
+    target_waiting_requests: {target}
     scale_up_window_s: {up}
     scale_down_window_s: {down}
     stabilization_s: {stab}
@@ -174,7 +174,8 @@ def _pct(values: list[float], q: float) -> float:
 async def replay(args: argparse.Namespace) -> int:
     hour_s = args.hour_s
     minute_s = hour_s / 60
-    text = FLEET.format(wait=max(30.0, 20 * minute_s), up=round(2 * minute_s, 3),
+    text = FLEET.format(target=args.target_waiting,
+                        wait=max(30.0, 20 * minute_s), up=round(2 * minute_s, 3),
                         down=round(10 * minute_s, 3), stab=round(5 * minute_s, 3))
     fleet = parse_fleet(text, filename="elastic_replay.yaml")
     fault = FaultConfig(load_time_s=args.cold_start_min * minute_s, slowdown=args.slowdown)
@@ -293,6 +294,8 @@ def main() -> int:
     p.add_argument("--slowdown", type=float, default=40.0,
                    help="engine step-time multiplier (sizes a replica's throughput)")
     p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--target-waiting", type=int, default=1,
+                   help="scaling.policy.target_waiting_requests")
     p.add_argument("--slo-ttft-s", type=float, default=2.0, help="TTFT target (wall s)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", default=str(REPO / "out" / "elastic_replay.png"))

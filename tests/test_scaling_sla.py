@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 
+from inferplane.engines.sim.config import FaultConfig
+from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.scaling.events import read_events
 from inferplane.scaling.policy import ModelAutoscaler, Observation
 from inferplane.scaling.sla import (
     ReplicaModel,
@@ -15,7 +22,25 @@ from inferplane.scaling.sla import (
     quantile,
     replica_model_for,
 )
-from inferplane.spec import ModelScaling, ScalingPolicy
+from inferplane.spec import ModelScaling, ScalingPolicy, load_fleet
+
+FAST = SupervisorSettings(
+    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
+    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
+)
+SLA_FLEET = """\
+engine: sim
+models:
+  - name: chat
+    source: Qwen/Qwen3-0.6B
+    max_model_len: 4096
+    max_num_seqs: 2
+scaling:
+  policy: {target_waiting_requests: 100, scale_up_window_s: 0.3, scale_down_window_s: 60,
+           stabilization_s: 0.1, target_ttft_p95_s: 1.0, target_itl_p95_s: 0.5}
+  models:
+    chat: {min_replicas: 1, max_replicas: 3}
+"""
 
 # a toy replica: decode step 10 ms + 1 ms per sequence, prefill 0.1 ms per prompt token
 TOY = ReplicaModel(step_s=lambda b, ctx: 0.010 + 0.001 * b, prefill_s=lambda n: 1e-4 * n,
@@ -101,3 +126,59 @@ def test_sla_mode_scales_on_the_model_before_any_queue() -> None:
     assert s.observe(2, falling) is None
     d = s.observe(7, falling)
     assert d is not None and d.action == "scale_down" and d.desired == 2
+
+
+async def test_a_rising_rate_adds_replicas_before_ttft_p95_crosses_its_target(
+    tmp_path: Path,
+) -> None:
+    """Real simulated engines: the rate steps up; the performance model asks for a second
+    replica while the observed TTFT p95 is still within its target."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SLA_FLEET)
+    rt = Runtime(load_fleet(path), RuntimeOptions(
+        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
+        tenancy=False, control=False, scaling_interval_s=0.05,
+        faults={"chat": FaultConfig(slowdown=3)},
+    ))
+    await rt.start()
+    ttfts: list[tuple[float, float]] = []  # (sent at, ttft)
+    try:
+        assert await rt.wait_settled(30)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+
+        async def one(client: httpx.AsyncClient) -> None:
+            sent = loop.time()
+            body = {"model": "chat", "max_tokens": 200, "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True},
+                    "messages": [{"role": "user", "content": "hello " * 50}]}
+            async with client.stream("POST", rt.gateway_url + "/v1/chat/completions",
+                                     json=body) as resp:
+                assert resp.status_code == 200
+                first: float | None = None
+                async for line in resp.aiter_lines():
+                    if first is None and '"content":"' in line and '"content":""' not in line:
+                        first = loop.time() - sent
+            assert first is not None
+            ttfts.append((sent - t0, first))
+
+        async with httpx.AsyncClient(timeout=60) as client:
+            tasks = []
+            for rate in (0.5, 1, 1.5, 2, 3, 4):  # requests per second, 1.5 s each
+                end = loop.time() + 1.5
+                while loop.time() < end:
+                    tasks.append(asyncio.create_task(one(client)))
+                    await asyncio.sleep(1 / rate)
+                if len(rt.awake_replicas("chat")) > 1:
+                    break
+            await asyncio.gather(*tasks)
+        ups = [e for e in read_events(rt.state_dir.path) if e["kind"] == "scale_up"]
+        assert ups, "no scale-up"
+        assert "SLA:" in ups[0]["reason"] and "predicted TTFT" in ups[0]["reason"]
+        up_at = ups[0]["at"] - (time.time() - (loop.time() - t0))  # on the test's clock
+        before = sorted(t for sent, t in ttfts if sent < up_at)
+        assert before, "scaled before any request finished"
+        p95 = before[min(len(before) - 1, int(0.95 * len(before)))]
+        assert p95 <= 1.0, (p95, ups[0]["reason"])  # the target: not crossed yet
+    finally:
+        await rt.drain_and_stop()

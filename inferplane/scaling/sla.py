@@ -10,7 +10,9 @@ step of `b` sequences with their context costs `step_s(b)`, a prompt's prefill
 - replicas `n = ceil(rate / (throughput x 0.8))` (a queueing margin), raised until the
   predicted TTFT `prefill / (1 - rho)` (rho the utilization at n) meets the TTFT target.
 
-The correction is online: observed ITL (the engines' `vllm:inter_token_latency_seconds`)
+The rate and mix are measured at the gateway over the last `max(2 x scale_up_window_s,
+2 s)` (arrivals: finished plus the change in flight and queued). The correction is
+online: observed ITL (the engines' `vllm:inter_token_latency_seconds`)
 over the model's prediction at the observed batch, smoothed; observed TTFT p95 comes from
 the engines' `vllm:time_to_first_token_seconds` buckets. Both appear in the decision's
 reason next to the prediction.
@@ -19,6 +21,7 @@ reason next to the prediction.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -151,29 +154,33 @@ class SlaTracker:
         self.correction = 1.0
         self.observed_itl_s: float | None = None
         self.observed_ttft_p95_s: float | None = None
-        self._last: tuple[float, float, float, float, float] | None = None
+        # the window the rate and mix are measured over: long enough to count arrivals
+        self.horizon_s = max(4 * self.halflife_s, 2.0)
+        self._snaps: deque[tuple[float, float, float, float, float]] = deque()
         self._itl: tuple[float, float] = (0.0, 0.0)
         self._ttft: dict[float, float] = {}
 
     def update(self, now: float, *, finished: float, prompt_tokens: float,
                completion_tokens: float, backlog: float, itl: tuple[float, float],
                ttft_buckets: dict[float, float], running: float) -> None:
-        last = self._last
-        self._last = (now, finished, prompt_tokens, completion_tokens, backlog)
-        if last is None:
+        """Arrivals (finished + in flight + queued) and tokens over the last `horizon_s`
+        give the rate and the mix; the ITL correction is smoothed with the half-life."""
+        snaps = self._snaps
+        snaps.append((now, finished + backlog, finished, prompt_tokens, completion_tokens))
+        while len(snaps) > 2 and now - snaps[1][0] >= self.horizon_s:
+            snaps.popleft()
+        first = snaps[0]
+        if len(snaps) == 1:
             self._itl, self._ttft = itl, ttft_buckets
             return
-        dt = now - last[0]
-        if dt <= 0:
-            return
-        alpha = 1 - math.exp(-dt / self.halflife_s)
-        arrivals = max(0.0, (finished - last[1]) + (backlog - last[4]))
-        self.rate += alpha * (arrivals / dt - self.rate)
-        done = finished - last[1]
-        if done > 0 and completion_tokens > last[3]:
-            self.prompt_tokens += alpha * ((prompt_tokens - last[2]) / done - self.prompt_tokens)
-            self.output_tokens += alpha * ((completion_tokens - last[3]) / done
-                                           - self.output_tokens)
+        span = max(now - first[0], 1e-3)
+        self.rate = max(0.0, (finished + backlog - first[1]) / span)
+        done = finished - first[2]
+        if done > 0 and completion_tokens > first[4]:
+            self.prompt_tokens = (prompt_tokens - first[3]) / done
+            self.output_tokens = (completion_tokens - first[4]) / done
+        last_t = snaps[-2][0]
+        alpha = 1 - math.exp(-max(now - last_t, 0.0) / self.halflife_s)
         d_sum, d_count = itl[0] - self._itl[0], itl[1] - self._itl[1]
         self._itl = itl
         if d_count > 0 and running >= 1:
