@@ -560,6 +560,7 @@ class Runtime:
                 disk_bandwidth_mib_s=self.options.disk_bandwidth_mib_s,
             )
             inst = with_sleep_mode(self.fleet, inst)
+            check_ports_free([inst])  # the plan's next port may be taken on this host
         else:
             [inst] = plan_sim_instances(self.fleet, plan=one, faults=self.options.faults)
         self._write_plan()
