@@ -80,3 +80,13 @@ async def test_two_models_that_do_not_fit_together_swap_on_demand(tmp_path: Path
         assert len(rt.plan.instances) == 2  # both placed; one awake at a time
     finally:
         await rt.drain_and_stop()
+
+
+def test_level_1_sleepers_that_overflow_host_ram_are_warned_about(tmp_path: Path) -> None:
+    rt = Runtime(fleet(SWAP), RuntimeOptions(state_dir=tmp_path / "state", tenancy=False,
+                                             control=False))
+    assert rt.scaling is not None
+    assert rt.scaling.check_host_ram(total_bytes=2**40) is None  # 1 TiB: fine
+    why = rt.scaling.check_host_ram(total_bytes=8 * 2**30)
+    assert why is not None and "day asleep at max_replicas need" in why
+    assert "night" not in why  # level 2 keeps nothing in host RAM

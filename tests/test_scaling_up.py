@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -147,5 +149,34 @@ async def test_held_requests_are_bounded_by_queue_depth_and_wait(tmp_path: Path)
         assert second.status_code == 429 and second.headers["retry-after"]
         assert late.status_code == 503 and late.headers["retry-after"]
         assert "within 1 s" in late.json()["error"]["message"]
+    finally:
+        await rt.drain_and_stop()
+
+
+async def test_a_sleeping_engine_that_dies_comes_back_awake_and_routed(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(ELASTIC.format(replicas=1, min=0, depth=64, wait=30).replace(
+        "chat: {min_replicas: 0, max_replicas: 2}",
+        "chat: {min_replicas: 0, max_replicas: 2, sleep: {level: 1}}",
+    ).replace("scale_down_window_s: 0.8", "scale_down_window_s: 60"))
+    rt = Runtime(load_fleet(path), RuntimeOptions(
+        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
+        tenancy=False, control=False, scaling_interval_s=0.05,
+    ))
+    await rt.start()
+    try:
+        assert await rt.wait_settled(30)
+        assert await rt.sleep_replica("chat-0", 1) == 1
+        rec = rt.supervisor.records["chat-0"]
+        assert rt.asleep_replicas("chat") == ["chat-0"] and not rt.backends["chat"][0].ready
+        status = json.loads(rt.state_dir.state_file.read_text())
+        assert status["instances"][0]["sleep_level"] == 1
+        assert rec.pid is not None
+        os.kill(rec.pid, signal.SIGKILL)
+        await _until(lambda: rec.restarts == 1 and rec.state == "ready", 30)
+        assert rt.asleep_replicas("chat") == [] and rt.backends["chat"][0].ready
+        async with httpx.AsyncClient(timeout=30) as client:
+            r = await client.post(rt.gateway_url + "/v1/chat/completions", json=_body(3))
+        assert r.status_code == 200
     finally:
         await rt.drain_and_stop()

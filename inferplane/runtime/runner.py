@@ -667,7 +667,13 @@ class Runtime:
 
     def _on_change(self, rec: Supervised) -> None:
         backend = self._by_instance[rec.instance.name]
-        ready = rec.state == "ready" and rec.instance.name not in self._parked
+        name = rec.instance.name
+        if rec.state == "restarting" and name in self._asleep:
+            # a sleeping engine that died (or was restarted) comes back awake
+            del self._asleep[name]
+            if name not in self._removing:
+                self._parked.discard(name)
+        ready = rec.state == "ready" and name not in self._parked
         if backend.ready != ready:
             backend.ready = ready
             # set_backends keeps the same objects and hands free slots to queued requests.

@@ -97,7 +97,38 @@ class ScalingController:
     # ---- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
+        self.check_host_ram()
         self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    def check_host_ram(self, total_bytes: int | None = None) -> str | None:
+        """Level-1 sleepers keep their weights in host RAM: warn (an event) when every
+        replica of the level-1 models asleep at once would not fit. A model that has no
+        planned replica yet is counted once it has one."""
+        plan = self.runtime.plan
+        if plan is None:
+            return None
+        need = 0
+        names = []
+        for model, scaler in self.scalers.items():
+            sleep = scaler.bounds.sleep
+            planned = plan.instances_of(model)
+            if sleep is None or sleep.level != 1 or not planned:
+                continue
+            need += planned[0].weights_bytes * scaler.bounds.max_replicas
+            names.append(model)
+        if total_bytes is None:
+            import psutil
+
+            total_bytes = psutil.virtual_memory().total
+        if not names or need <= total_bytes * 0.9:
+            return None
+        why = (f"sleep level 1 keeps weights in host RAM: {', '.join(names)} asleep at "
+               f"max_replicas need {need / 2**30:.1f} GiB, this host has "
+               f"{total_bytes / 2**30:.1f} GiB; replicas that do not fit sleep at level 2")
+        for model in names:
+            self.events.add(model, "warning", why, 0, 0)
+        log.warning("%s", why)
+        return why
 
     async def stop(self) -> None:
         tasks = [t for t in (self._task, *self._acting.values()) if t is not None]
