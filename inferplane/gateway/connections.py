@@ -60,7 +60,6 @@ class Connections:
     def __init__(self, limits: ConnectionLimits | None = None) -> None:
         self.limits = limits or ConnectionLimits()
         self.live: set[GuardedProtocol] = set()
-        self.draining = False
         self.refused = 0  # over the connection cap
         self.timed_out: dict[str, int] = {"header": 0, "body": 0, "send": 0}
         self.too_large = 0  # 431s
@@ -105,7 +104,6 @@ class Connections:
 
     def drain(self) -> None:
         """Shutting down: close idle and slow connections now; let answers finish."""
-        self.draining = True
         for proto in list(self.live):
             proto.drain()
 
