@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -12,6 +13,7 @@ from inferplane.cli.main import app
 from inferplane.errors import InferplaneError
 
 if TYPE_CHECKING:
+    from inferplane.gateway.app import GatewayApp
     from inferplane.spec import FleetSpec
     from inferplane.tenancy.service import RateLimitHeaders, Tenancy
 
@@ -94,7 +96,16 @@ def gateway(
         f"({len(config.models)} models)",
         err=True,
     )
-    serve(config, host, port, _tenancy(spec, db, ratelimit_headers) if tenancy else None)
+    zero = sorted(m for m, b in spec.scaling.models.items() if b.min_replicas == 0) if spec else []
+    wrap: Callable[[GatewayApp], object] | None = None
+    if zero:  # scaled to zero behind a Service: hold while KEDA activates (docs/scaling.md)
+        from inferplane.scaling.activator import with_zero_activation
+
+        def wrap(gw: GatewayApp) -> object:
+            return with_zero_activation(gw, zero)
+
+    serve(config, host, port, _tenancy(spec, db, ratelimit_headers) if tenancy else None,
+          wrap=wrap)
 
 
 def _tenancy(spec: FleetSpec | None, db: str | None, ratelimit_headers: str | None) -> Tenancy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -51,12 +52,17 @@ def serve(
     host: str | None = None,
     port: int | None = None,
     tenancy: Tenancy | None = None,
+    wrap: Callable[[GatewayApp], Any] | None = None,
 ) -> None:
-    """Run the gateway in the foreground until interrupted."""
+    """Run the gateway in the foreground until interrupted. `wrap` may put an ASGI
+    wrapper around the app (scale-from-zero activation, `inferplane.scaling.activator`)."""
     raise_nofile_soft_limit()  # P30; the connection cap stays below what is left
     tune_gc()
     app = build_app(config, tenancy)
-    uvicorn.Server(uvicorn_config(app, host or config.host, port or config.port)).run()
+    asgi = wrap(app) if wrap is not None else app
+    uvicorn.Server(
+        uvicorn_config(asgi, host or config.host, port or config.port, app.connections)
+    ).run()
 
 
 def tune_gc() -> None:
