@@ -255,3 +255,30 @@ async def test_drain_does_not_wait_for_a_slow_body_client(
     assert (first + rest).endswith(b"data: [DONE]\n\n")  # the real stream ran to its end
     assert took < 15  # far below the 30 s grace period the slow client used to hold
     writer.close()
+
+
+async def test_supervision_survives_a_failing_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception outside any probe (spawn out of descriptors during a restart) is
+    survived too: supervision retries with backoff and the instance comes back."""
+    rt = await _runtime(tmp_path, monkeypatch)
+    try:
+        rec = rt.supervisor.records["chat-0"]
+        pid = rec.pid
+        real_spawn = supervisor_module.spawn
+        calls = {"n": 0}
+
+        async def flaky_spawn(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise OSError(errno.EMFILE, "Too many open files")
+            return await real_spawn(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(supervisor_module, "spawn", flaky_spawn)
+        rt.supervisor.restart("chat-0")
+        await _until(lambda: rec.state == "ready" and rec.pid not in (None, pid), 60)
+        assert calls["n"] == 2 and rec.supervisor_errors >= 1
+        assert not rt.supervisor._tasks["chat-0"].done()
+    finally:
+        await rt.drain_and_stop()

@@ -374,11 +374,11 @@ class Supervisor:
         failed for good (crash loop)."""
         s = self.settings
         loop = asyncio.get_running_loop()
-        self._kick[rec.instance.name].clear()
         proc = rec.process
         if proc is not None and proc.returncode is None:
             reason: str | None = await self._watch(rec, proc)  # after a survived exception
         else:
+            self._kick[rec.instance.name].clear()
             proc, reason = await self._start(rec)
             if reason is None and proc is not None:
                 self._set(rec, "ready")
@@ -514,7 +514,7 @@ class Supervisor:
                 interval = s.probe_interval_s
                 self._checked(rec)
                 if why is None:
-                    if failures:
+                    if failures or rec.state != "ready":
                         failures = 0
                         self._set(rec, "ready")
                     continue
