@@ -11,7 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rich.console import Console
 
+from inferplane.cli.up import print_status
 from inferplane.engines.sim.config import FaultConfig
 from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
 from inferplane.scaling.events import read_events
@@ -105,6 +107,10 @@ async def test_a_queue_above_target_adds_a_replica_that_gets_traffic_then_idle_d
     status = json.loads(rt.state_dir.state_file.read_text())
     assert status["scaling"]["models"]["chat"]["current"] == 1
     assert status["scaling"]["events"][-1]["kind"] == "scale_down"
+    shown = Console(record=True, width=300)
+    print_status(status, shown)
+    assert "scaling chat: 1 awake, desired 1 [1..2]; last scale_down: idle for" in (
+        shown.export_text())
     metrics = rt.gateway.metrics.render().decode()
     assert 'inferplane_autoscaler_desired_replicas{model="chat"} 1.0' in metrics
     assert 'inferplane_autoscaler_decisions_total{action="scale_up",model="chat"} 1.0' in metrics

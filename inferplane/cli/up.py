@@ -45,8 +45,9 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
         if uptime is None and inst.get("ready_since") and inst["state"] == "ready":
             uptime = time.time() - inst["ready_since"]
         kv = inst.get("kv_cache_usage")
+        state = f"asleep (L{inst['sleep_level']})" if inst.get("sleep_level") else inst["state"]
         rows.append([
-            inst["name"], inst["model"], inst["state"], str(inst["pid"] or "-"),
+            inst["name"], inst["model"], state, str(inst["pid"] or "-"),
             str(inst["port"]), gpus, str(inst["restarts"]), _duration(uptime),
             _count(inst.get("waiting")), _count(inst.get("running")),
             "-" if kv is None else f"{kv:.0%}",
@@ -67,6 +68,13 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
         )
     elif "tenancy" in status:
         say(out, "tenancy: off (no API keys, limits or usage ledger)")
+    for model, sc in ((status.get("scaling") or {}).get("models") or {}).items():
+        last = sc.get("last_decision")
+        asleep = f", {sc['asleep']} asleep" if sc.get("asleep") else ""
+        say(out, f"scaling {model}: {sc['current']} awake, desired {sc['desired']} "
+            f"[{sc['min_replicas']}..{sc['max_replicas']}]{asleep}"
+            + (f"; last {last['action']}: {last['reason']}" if last else "")
+            + " (inferplane events)")
     failed = [i for i in status.get("instances", []) if i["state"] == "failed"]
     for inst in failed:
         say(out, f"[red]{inst['name']} failed:[/] {inst['last_error']}")
