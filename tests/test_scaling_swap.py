@@ -70,7 +70,8 @@ async def test_two_models_that_do_not_fit_together_swap_on_demand(tmp_path: Path
             # both at once: each is answered, one after the other
             a, b = await asyncio.gather(_ask(client, url, "day"), _ask(client, url, "night"))
             assert a.status_code == b.status_code == 200
-        kinds = [(e["model"], e["kind"]) for e in read_events(rt.state_dir.path)]
+        kinds = [(e["model"], e["kind"]) for e in read_events(rt.state_dir.path)
+                 if e["kind"] != "warning"]  # host RAM for level-1 sleepers, host-dependent
         assert kinds[:4] == [("day", "sleep"), ("night", "scale_up"), ("night", "sleep"),
                              ("day", "wake")], kinds
         assert any("yields" in e["reason"] for e in read_events(rt.state_dir.path))
