@@ -42,3 +42,27 @@ def test_bench_refuses_a_target_that_is_neither_url_nor_file() -> None:
     result = CliRunner().invoke(app, ["bench", "no-such-fleet.yaml"])
     assert isinstance(result.exception, InferplaneError)  # main() turns it into exit 2
     assert "not a URL nor a fleet file" in str(result.exception)
+
+
+def test_sweep_and_mix_on_a_fleet_file(tmp_path: Path) -> None:
+    model = Path(__file__).parent / "data" / "models" / "Qwen--Qwen3-8B"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "engine: sim\nmodels:\n"
+        f"  - {{name: a, source: {model}, max_model_len: 2048, max_num_seqs: 2}}\n"
+        f"  - {{name: b, source: {model}, max_model_len: 2048, max_num_seqs: 2}}\n"
+    )
+    _register_commands()
+    runner = CliRunner()
+    swept = runner.invoke(app, ["bench", str(fleet), "--model", "a", "--sweep", "1,2,4",
+                                "--num-requests", "4", "--input-len", "16",
+                                "--output-len", "4"])
+    assert swept.exit_code == 0, swept.output
+    assert "saturation sweep" in swept.output and "knee (sweet spot): concurrency" in swept.output
+    mixed = runner.invoke(app, ["bench", str(fleet), "--mix", "a=1,b=1", "--num-requests", "8",
+                                "--concurrency", "4", "--input-len", "16", "--output-len", "4",
+                                "--json"])
+    assert mixed.exit_code == 0, mixed.output
+    per_model = json.loads(mixed.output)["run"]["per_model"]
+    assert set(per_model) == {"a", "b"}
+    assert sum(m["completed"] for m in per_model.values()) == 8

@@ -222,6 +222,15 @@ def bench(
     if run is not None:
         run.server = server
         document["run"] = run.as_dict()
+        by_model = sorted({r.model for r in run.results})
+        if len(by_model) > 1:  # a --mix: each model's own numbers over the same run
+            from inferplane.bench.metrics import summarize
+
+            document["run"]["per_model"] = {
+                name: summarize([r for r in run.results if r.model == name],
+                                run.summary.duration_s, targets).as_dict()
+                for name in by_model
+            }
     if swept is not None:
         document["sweep"] = {**swept.as_dict(), "server": server}
     if usd is not None and summary is not None:
