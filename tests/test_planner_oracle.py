@@ -89,7 +89,7 @@ def _met(plan: Plan, items: list[Item]) -> int:
     return met
 
 
-@settings(max_examples=150, deadline=None, derandomize=True,
+@settings(max_examples=300, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data(), nodes=nodes_st, policy=st.sampled_from(["binpack", "binpack", "spread"]))
 def test_never_worse_than_brute_force(
