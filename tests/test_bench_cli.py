@@ -66,3 +66,28 @@ def test_sweep_and_mix_on_a_fleet_file(tmp_path: Path) -> None:
     per_model = json.loads(mixed.output)["run"]["per_model"]
     assert set(per_model) == {"a", "b"}
     assert sum(m["completed"] for m in per_model.values()) == 8
+
+
+def test_a_fleet_model_with_a_tokenizer_counts_exactly(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(DEFAULT_PROFILE_CONFIG))
+    vocab = {"[UNK]": 0, **{f"w{i}": i + 1 for i in range(2000)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(model / "tokenizer.json"))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("engine: sim\nmodels:\n"
+                     f"  - {{name: a, source: {model}, max_model_len: 2048}}\n")
+    _register_commands()
+    result = CliRunner().invoke(app, ["bench", str(fleet), "--num-requests", "3",
+                                      "--concurrency", "3", "--input-len", "40",
+                                      "--output-len", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["token_counts"] == "tokenizer"
+    assert data["run"]["total_input_tokens"] == 3 * 40  # the server's count: same tokenizer

@@ -106,6 +106,22 @@ def _dataset(kind: str, num: int, input_len: int, output_len: int, range_ratio: 
                           fix="random, sharegpt, prefix or trace")
 
 
+def _fleet_tokenizer(target: str, model: str | None) -> Path | None:
+    """A fleet file's model directory with a tokenizer.json: count with the real thing."""
+    path = Path(target)
+    if target.startswith(("http://", "https://")) or not path.is_file():
+        return None
+    from inferplane.spec import load_fleet
+
+    fleet = load_fleet(path)
+    placed = [m for m in fleet.placed_models if m.task != "embed"]
+    chosen = next((m for m in placed if m.name == model), placed[0] if placed else None)
+    if chosen is None or chosen.source is None:
+        return None
+    candidate = Path(chosen.source) / "tokenizer.json"
+    return candidate if candidate.is_file() else None
+
+
 def _fleet_usd_per_hour(plan: Any, gpu_hour_usd: float | None, prices: str | None) -> float | None:
     if gpu_hour_usd is not None:
         return gpu_hour_usd
@@ -190,6 +206,9 @@ def bench(
         load = LoadSpec("concurrency", concurrency=concurrency or 8, seed=seed)
     if levels is None:
         load.check()
+
+    if tokenizer is None:
+        tokenizer = _fleet_tokenizer(target, model)
 
     def make(n: int) -> list[BenchRequest]:
         data = _dataset(dataset, n, input_len, output_len, range_ratio, dataset_path,
