@@ -354,8 +354,9 @@ def plan_capacity(
             )
         profile = (profiles or {}).get(name) or load_profile(model.source)
         unfit: list[str] = []
+        levels = sorted({*seq_levels, *([model.max_num_seqs] if model.max_num_seqs else [])})
         candidates = _candidates(model, profile, gpus, prices, fleet.engine.version,
-                                 seq_levels, unfit)
+                                 levels, unfit)
         search = _Search(model_traffic, slo, requests, seed)
         best: Evaluation | None = None
         below: Evaluation | None = None
