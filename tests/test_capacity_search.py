@@ -130,3 +130,12 @@ def test_capacity_refuses_a_model_the_fleet_does_not_run() -> None:
                       slo={"ttft_ms": 1000})
     with pytest.raises(InferplaneError, match="latency target"):
         plan_capacity(fleet, traffic, gpus=["H100"], prices=load_prices(), slo={})
+
+
+def test_a_run_ends_when_its_measured_requests_have_finished() -> None:
+    traffic = parse_traffic({"models": {"m": {"peak_rps": 1, "input_tokens": 200,
+                                              "output_tokens": 100}}}, "t").models["m"]
+    arrivals = traffic.arrivals(20.0, 120, seed=1)
+    out = simulate(_core(), arrivals, measure_from=20, measure_until=60)
+    assert len(out.ttft_s) == 40 and not out.stopped_early
+    assert out.completed < 120  # the load-only tail was not run to the end

@@ -37,7 +37,9 @@ from inferplane.spec import FleetSpec, ModelSpec
 SEQ_LEVELS: tuple[int, ...] = (16, 32, 64, 128, 256)
 MAX_REPLICAS = 64
 DEFAULT_PERCENTILE = 99.0
-WARMUP_FRACTION = 0.2
+WARMUP_FRACTION = 0.2  # the first arrivals of a simulated window warm up, unmeasured
+DRAIN_FRACTION = 0.2  # the last ones only keep the load on while the measured ones finish
+MAX_WINDOW_FACTOR = 3  # a window grows to at most this many times --requests
 
 
 @dataclass(frozen=True)
@@ -181,19 +183,37 @@ class _Search:
         self.slo = slo
         self.requests = requests
         self.seed = seed
-        self.measure_from = int(requests * WARMUP_FRACTION)
-        self.limits = _limits(slo, requests - self.measure_from)
         self.evaluated = 0
         self.single_failures: dict[tuple[str, int], Evaluation] = {}  # one replica, failed
-        self._unit = traffic.arrivals(1.0, requests, seed)  # unit-rate draws, scaled per r
+        # Unit-rate draws, scaled per replica count; enough for the longest window.
+        self._unit = traffic.arrivals(1.0, requests * MAX_WINDOW_FACTOR, seed)
         self._hashes: dict[int, dict[int, list[int]]] = {}  # block size -> index -> hashes
+
+    def window(self, candidate: Candidate, rate: float) -> int:
+        """Requests to simulate: at least `requests`, and enough that the warm-up (the first
+        20%) lasts about one request's lifetime at a full batch, so the measured requests
+        (the middle 60%) see the steady state rather than the ramp or the drain."""
+        from inferplane.engines.sim.timing import StepShape
+
+        timing = candidate.parts.timing
+        out = self.traffic.output_tokens.mean
+        context = self.traffic.input_tokens.mean + out // 2
+        seqs = candidate.max_num_seqs
+        step = timing.step_time_s(StepShape(0, seqs, seqs * context, seqs * context, seqs))
+        lifetime = out * step
+        wanted = math.ceil(rate * lifetime / WARMUP_FRACTION)
+        return max(self.requests, min(wanted, self.requests * MAX_WINDOW_FACTOR))
 
     def evaluate(self, candidate: Candidate, replicas: int) -> Evaluation:
         from inferplane.engines.sim.core import EngineCore, KvCapacity
 
         self.evaluated += 1
         rate = self.traffic.peak_rps / replicas
-        arrivals = [replace(a, at_s=a.at_s / rate) for a in self._unit]
+        count = self.window(candidate, rate)
+        arrivals = [replace(a, at_s=a.at_s / rate) for a in self._unit[:count]]
+        measure_from = int(count * WARMUP_FRACTION)
+        measure_until = int(count * (1 - DRAIN_FRACTION))
+        limits = _limits(self.slo, measure_until - measure_from)
         m = candidate.parts.memory
         core = EngineCore(
             KvCapacity(m.num_gpu_blocks, m.block_size, m.max_num_seqs,
@@ -201,14 +221,14 @@ class _Search:
             candidate.parts.timing,
         )
         try:
-            outcome = simulate(core, arrivals, measure_from=self.measure_from,
-                               limits=self.limits,
-                               hashes=self._hashes.setdefault(m.block_size, {}))
+            outcome = simulate(core, arrivals, measure_from=measure_from, limits=limits,
+                               hashes=self._hashes.setdefault(m.block_size, {}),
+                               measure_until=measure_until)
         except ValueError:  # a request longer than the whole KV pool
             outcome = Outcome(stopped_early=True, kv_blocked_steps=1)
         pct = self.slo.get("percentile", DEFAULT_PERCENTILE)
         meets = not outcome.stopped_early and outcome.violations <= (
-            self.limits.allowed_violations or 0
+            limits.allowed_violations or 0
         )
         result = Evaluation(
             candidate, replicas, meets,

@@ -79,11 +79,15 @@ def _violates(req: SimRequest, limits: Limits) -> bool:
 
 class _Run:
     def __init__(self, core: EngineCore, arrivals: Sequence[Arrival], measure_from: int,
-                 limits: Limits, hashes: dict[int, list[int]] | None) -> None:
+                 limits: Limits, hashes: dict[int, list[int]] | None,
+                 measure_until: int | None = None) -> None:
         self.core = core
         self.sched = core.scheduler
         self.limits = limits
         self.measure_from = measure_from
+        self.measure_until = len(arrivals) if measure_until is None else measure_until
+        self.measured_left = max(0, self.measure_until - measure_from)
+        self.total = len(arrivals)
         self.pending = deque(enumerate(arrivals))
         self.index: dict[int, int] = {}  # id(request) -> arrival index
         self.out = Outcome()
@@ -121,8 +125,9 @@ class _Run:
         out.completed += 1
         out.input_tokens += request.num_prompt_tokens
         out.output_tokens += request.num_output
-        if i < self.measure_from:
+        if not self.measure_from <= i < self.measure_until:
             return
+        self.measured_left -= 1
         assert request.first_token_s is not None and request.finished_s is not None
         out.ttft_s.append(request.first_token_s - request.arrival_s)
         out.e2el_s.append(request.finished_s - request.arrival_s)
@@ -226,6 +231,8 @@ class _Run:
             if allowed is not None and self._hopeless():
                 self.out.stopped_early = True
                 break
+            if self.measured_left == 0 and self.measure_until < self.total:
+                break  # every measured request is done; the rest was background load
         out = self.out
         out.duration_s = self.now
         out.steps = self.core.steps
@@ -244,7 +251,7 @@ class _Run:
         for request in self.sched.waiting:
             if request.status is Status.WAITING and request.first_token_s is None and (
                 self.now - request.arrival_s > limit
-                and self.index.get(id(request), -1) >= self.measure_from
+                and self.measure_from <= self.index.get(id(request), -1) < self.measure_until
             ):
                 late += 1
                 if self.out.violations + late > allowed:
@@ -259,8 +266,11 @@ def simulate(
     measure_from: int = 0,
     limits: Limits | None = None,
     hashes: dict[int, list[int]] | None = None,
+    measure_until: int | None = None,
 ) -> Outcome:
     """Run `arrivals` (sorted by time) through `core` until all finish or the SLO is lost.
     `hashes`: a cache of prompt block hashes by arrival index, shared by runs of the same
-    arrivals on engines of the same block size (capacity searches)."""
-    return _Run(core, arrivals, measure_from, limits or Limits(), hashes).run()
+    arrivals on engines of the same block size (capacity searches). `measure_until`:
+    arrivals from this index on are load only, not measured; the run ends once every
+    measured request has finished."""
+    return _Run(core, arrivals, measure_from, limits or Limits(), hashes, measure_until).run()
