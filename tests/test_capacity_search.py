@@ -66,7 +66,8 @@ def test_a_lost_slo_stops_the_run_early() -> None:
 def test_binding_constraint_names_kv_or_compute() -> None:
     from inferplane.bench.capacity import Candidate, Evaluation
 
-    cand = Candidate("m", "H100-SXM-80GB", 1, 64, 8192, 0.9, 1000, 4.76, None)
+    cand = Candidate("m", "H100-SXM-80GB", 1, 64, 8192, 0.9, 1000, 4.76,
+                     None)  # type: ignore[arg-type]  # no engine needed here
     kv = Outcome(steps=100, preemptions=3, peak_kv_usage=1.0, kv_blocked_steps=40)
     busy = Outcome(steps=100, seq_capped_steps=50, peak_kv_usage=0.4, ttft_s=[1.0])
     best = Evaluation(cand, 3, True, 100, 20, 900, Outcome())

@@ -30,8 +30,11 @@ from inferplane.bench.cost import ApiPrice, GpuPrice, cost_report
 from inferplane.bench.metrics import percentile
 from inferplane.bench.simclock import Limits, Outcome, simulate
 from inferplane.bench.traffic import ModelTraffic, Traffic
+from inferplane.engines.sim.timing import StepTimeModel
 from inferplane.errors import InferplaneError
+from inferplane.gpus.spec import GpuSpec
 from inferplane.models.profile import ModelProfile
+from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
 from inferplane.spec import FleetSpec, ModelSpec
 
 SEQ_LEVELS: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -52,7 +55,7 @@ class Candidate:
     gpu_memory_utilization: float
     kv_cache_blocks: int
     usd_per_gpu_hour: float
-    parts: Any = field(compare=False, repr=False)  # EngineParts
+    parts: EngineParts = field(compare=False, repr=False)
 
     @property
     def usd_per_replica_hour(self) -> float:
@@ -128,8 +131,6 @@ def _candidates(
     seq_levels: Sequence[int],
     unfit: list[str],
 ) -> list[Candidate]:
-    from inferplane.engines.sim.build import build_parts
-    from inferplane.engines.sim.config import SimEngineConfig
     from inferplane.gpus import lookup_gpu
     from inferplane.planner.sizing import UNITS, GpuType, candidate_shapes
 
@@ -152,16 +153,15 @@ def _candidates(
                 continue
             for shape in shapes:
                 util = round(min(shape.want_units, int(0.95 * UNITS)) / UNITS, 4)
-                config = SimEngineConfig(
-                    model=model.name, gpu=spec.name,
-                    tensor_parallel_size=shape.tensor_parallel_size,
-                    max_model_len=shape.max_model_len, max_num_seqs=seqs,
-                    max_num_batched_tokens=model.max_num_batched_tokens,
-                    gpu_memory_utilization=util,
+                # The planner's settings for this shape (dtype, quantization, KV dtype,
+                # vLLM version, batch budget) at the share the plan would give it.
+                settings = replace(
+                    shape.settings, tensor_parallel_size=shape.tensor_parallel_size,
+                    gpu_memory_utilization=util, max_model_len=shape.max_model_len,
+                    max_num_seqs=seqs,
                 )
-                try:
-                    parts = build_parts(config, profile)
-                except InferplaneError:
+                parts = _engine_parts(profile, settings, spec)
+                if parts is None:
                     continue
                 fitted = True
                 out.append(Candidate(
@@ -174,6 +174,33 @@ def _candidates(
     # Cheapest replica first; then more seats (more work per replica) first.
     out.sort(key=lambda c: (c.usd_per_replica_hour, c.tensor_parallel_size, -c.max_num_seqs))
     return out
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    """What a simulated engine needs: the estimator's numbers and the step-time model."""
+
+    memory: MemoryEstimate
+    timing: StepTimeModel
+
+
+def _engine_parts(
+    profile: ModelProfile, settings: EngineSettings, gpu: GpuSpec
+) -> EngineParts | None:
+    """The simulator's engine for these settings (as `engines.sim.build.build_parts`
+    resolves one, but from the planner's full settings), or None when it does not fit."""
+    from inferplane.engines.sim.timing import StepTimeModel, model_cost
+    from inferplane.gpus import GIB
+    from inferplane.planner.memory import estimate_memory
+
+    memory = estimate_memory(profile, settings, gpu=gpu)
+    if not memory.fits or memory.num_gpu_blocks < 1:
+        return None
+    cost = model_cost(profile, weight_bytes_per_gpu=memory.weights_gib * GIB,
+                      kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu,
+                      tensor_parallel_size=settings.tensor_parallel_size)
+    fp8 = memory.quantization in ("fp8", "modelopt", "fbgemm_fp8") and gpu.supports_fp8
+    return EngineParts(memory, StepTimeModel(cost=cost, gpu=gpu, use_fp8_compute=fp8))
 
 
 class _Search:
