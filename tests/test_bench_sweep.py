@@ -55,3 +55,21 @@ def test_sweep_through_the_gateway_finds_max_num_seqs(tmp_path: Path) -> None:
     assert rows[8]["p50_e2el_ms"] > 1.5 * rows[4]["p50_e2el_ms"]
     assert rows[8]["output_throughput_tok_s"] < 1.1 * rows[4]["output_throughput_tok_s"]
     assert rows[4]["output_throughput_tok_s"] > 3 * rows[1]["output_throughput_tok_s"]
+
+
+def test_best_level_within_the_slo() -> None:
+    from inferplane.bench.client import RequestResult
+    from inferplane.bench.load import LoadSpec, RunResult, SweepRow, best_within_slo
+    from inferplane.bench.metrics import summarize
+
+    def row(level: int, ttft_s: float, tokens: int) -> SweepRow:
+        result = RequestResult("m", 10, tokens, True, "", 0.0, ttft_s, ttft_s + 1.0, [], True)
+        run = RunResult(LoadSpec("concurrency", concurrency=level),
+                        summarize([result], 1.0), [result], 0.0)
+        return SweepRow(level, run)
+
+    rows = [row(1, 0.1, 10), row(8, 0.5, 40), row(16, 0.9, 50), row(32, 2.1, 48)]
+    # S2: P99 under a second -> 16 (5100 tok/s), not 32 (more latency, less throughput).
+    assert best_within_slo(rows, {"ttft_ms": 1000}) == 16
+    assert best_within_slo(rows, {"ttft_ms": 50}) is None
+    assert best_within_slo(rows, {}) is None

@@ -181,11 +181,13 @@ class Sweep:
     rows: list[SweepRow]
     knee: int | None  # the sweet spot: smallest concurrency at 90% of peak throughput
     stopped: str  # why the sweep ended
+    best_within_slo: int | None = None  # highest-throughput level whose p99s meet --slo
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "rows": [r.as_dict() for r in self.rows],
             "knee_concurrency": self.knee,
+            "best_within_slo_concurrency": self.best_within_slo,
             "stopped": self.stopped,
             "knee_rule": (f"smallest concurrency with >= {KNEE_FRACTION:.0%} of the peak "
                           f"output throughput; saturated when a doubling adds < "
@@ -242,4 +244,18 @@ async def sweep(
                 break
     knee = find_knee([(r.concurrency, r.run.summary.output_throughput) for r in rows
                       if not r.run.summary.failed])
-    return Sweep(rows, knee, stopped)
+    return Sweep(rows, knee, stopped, best_within_slo(rows, slo or {}))
+
+
+def best_within_slo(rows: Sequence[SweepRow], slo: dict[str, float]) -> int | None:
+    """The level with the most output throughput whose p99 TTFT/TPOT/E2EL meet `slo`
+    (S2's sweet spot: as much throughput as the latency target allows)."""
+    keys = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "e2el_ms": "e2el_ms"}
+    limits = {k: v for k, v in slo.items() if k in keys}
+    if not limits:
+        return None
+    ok = [r for r in rows if not r.run.summary.failed and all(
+        getattr(r.run.summary, keys[k])["p99"] <= v for k, v in limits.items())]
+    if not ok:
+        return None
+    return max(ok, key=lambda r: r.run.summary.output_throughput).concurrency

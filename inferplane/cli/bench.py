@@ -356,6 +356,10 @@ def _print(document: dict[str, Any], run: RunResult | None, swept: Sweep | None)
                           f"{d['request_throughput_req_s']:.2f}", str(d["failed"]))
         console.print(table)
         console.print(f"knee (sweet spot): concurrency {swept.knee}; stopped: {swept.stopped}")
+        if document["slo"]:
+            best = swept.best_within_slo
+            console.print("best within the SLO (p99): " + (
+                f"concurrency {best}" if best is not None else "no level meets it"))
     if "cost" in document:
         for line in describe(document["cost"]):
             console.print(line)
