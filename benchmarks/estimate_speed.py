@@ -12,10 +12,10 @@ import argparse
 import time
 from pathlib import Path
 
+from inferplane.estimator.memory import AUTO_MAX_MODEL_LEN, estimate_memory
+from inferplane.estimator.types import EngineSettings
 from inferplane.gpus import lookup_gpu
 from inferplane.models import load_profile
-from inferplane.planner.estimate_types import EngineSettings
-from inferplane.planner.memory import AUTO_MAX_MODEL_LEN, estimate_memory
 
 MODELS = Path(__file__).resolve().parent.parent / "tests" / "data" / "models"
 

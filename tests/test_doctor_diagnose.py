@@ -13,11 +13,11 @@ from inferplane.cli.main import _register_commands, app
 from inferplane.doctor.diagnose import diagnose_text, find_model_dir
 from inferplane.doctor.k8s import RecordedApi, parse_pod_ref, pod_text
 from inferplane.errors import InferplaneError
+from inferplane.estimator.memory import estimate_memory
+from inferplane.estimator.rules import valid_tp_sizes
+from inferplane.estimator.types import EngineSettings
 from inferplane.gpus.catalog import lookup_gpu
 from inferplane.models import load_profile
-from inferplane.planner.estimate_types import EngineSettings
-from inferplane.planner.memory import estimate_memory
-from inferplane.planner.rules import valid_tp_sizes
 
 _register_commands()
 DATA = Path(__file__).parent / "data" / "diagnose"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from inferplane.estimator.memory import estimate_memory
+from inferplane.estimator.types import EngineSettings
 from inferplane.gpus import lookup_gpu
 from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
-from inferplane.planner.estimate_types import EngineSettings
-from inferplane.planner.memory import estimate_memory
 
 MODELS = Path(__file__).parent / "data" / "models"
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from vllm_log_estimates import LLMD_H100_ACTIVATION, LLMD_H100_VERSION, llmd_h100_activation_gib
 
+from inferplane.engines.vllm.versions import default_gpu_memory_utilization
+from inferplane.estimator import overheads
+from inferplane.estimator.memory import estimate_memory
+from inferplane.estimator.types import EngineSettings
 from inferplane.gpus import find_gpu
 from inferplane.models import load_profile
-from inferplane.planner import overheads
-from inferplane.planner.estimate_types import EngineSettings
-from inferplane.planner.memory import estimate_memory
-from inferplane.planner.vllm_versions import default_gpu_memory_utilization
 
 MODELS = Path(__file__).parent / "data" / "models"
 H100 = find_gpu("H100-SXM-80GB")

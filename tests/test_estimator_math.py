@@ -8,11 +8,11 @@ import math
 
 import pytest
 
+from inferplane.estimator.memory import AUTO_MAX_MODEL_LEN, estimate_memory
+from inferplane.estimator.rules import valid_tp_sizes
+from inferplane.estimator.types import EngineSettings
 from inferplane.gpus.spec import GIB, GpuSpec
 from inferplane.models.profile import ModelProfile, ParamCounts, QuantizationInfo
-from inferplane.planner.estimate_types import EngineSettings
-from inferplane.planner.memory import AUTO_MAX_MODEL_LEN, estimate_memory
-from inferplane.planner.rules import valid_tp_sizes
 
 H100 = GpuSpec(
     name="H100-SXM-80GB", total_memory_bytes=int(79.19 * GIB), memory_bandwidth_gbps=3350,

@@ -13,17 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planner_fleets import MODELS, ROOT, fleet
 
+from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION
 from inferplane.errors import InferplaneError
+from inferplane.estimator.memory import estimate_memory
+from inferplane.estimator.overheads import sampler_bytes_per_logit
+from inferplane.estimator.pipeline import layer_split, stage_profile, stages
+from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.gpus import lookup_gpu
 from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
 from inferplane.planner import plan_fleet
-from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
-from inferplane.planner.memory import estimate_memory
-from inferplane.planner.overheads import sampler_bytes_per_logit
-from inferplane.planner.pipeline import layer_split, stage_profile, stages
 from inferplane.planner.plan import LEADER_ADDRESS_TOKEN, Plan
-from inferplane.planner.vllm_versions import DEFAULT_VLLM_VERSION
 from inferplane.runtime.vllm_fleet import plan_vllm_instances
 from inferplane.spec import FleetValidationError, load_fleet
 

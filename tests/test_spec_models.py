@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION
 from inferplane.errors import InferplaneError
-from inferplane.planner.vllm_versions import DEFAULT_VLLM_VERSION
 from inferplane.spec import (
     FleetSpec,
     FleetValidationError,

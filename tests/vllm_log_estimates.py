@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 from vllm_log_cases import VllmLogCase
 
+from inferplane.engines.vllm.defaults import default_batch_limits
+from inferplane.engines.vllm.versions import default_gpu_memory_utilization, era_of
+from inferplane.estimator.memory import estimate_memory
+from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.gpus import find_gpu
 from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
-from inferplane.planner.defaults import default_batch_limits
-from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
-from inferplane.planner.memory import estimate_memory
-from inferplane.planner.vllm_versions import default_gpu_memory_utilization, era_of
 
 # Published peak activations that are not whole startup logs (checked in
 # tests/test_estimate_sampler_warmup.py, printed by benchmarks/estimate_accuracy.py):

@@ -32,9 +32,9 @@ from inferplane.bench.simclock import Limits, Outcome, simulate
 from inferplane.bench.traffic import ModelTraffic, Traffic
 from inferplane.engines.sim.timing import StepTimeModel
 from inferplane.errors import InferplaneError
+from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.gpus.spec import GpuSpec
 from inferplane.models.profile import ModelProfile
-from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
 from inferplane.spec import FleetSpec, ModelSpec
 
 SEQ_LEVELS: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -190,8 +190,8 @@ def _engine_parts(
     """The simulator's engine for these settings (as `engines.sim.build.build_parts`
     resolves one, but from the planner's full settings), or None when it does not fit."""
     from inferplane.engines.sim.timing import StepTimeModel, model_cost
+    from inferplane.estimator.memory import estimate_memory
     from inferplane.gpus import GIB
-    from inferplane.planner.memory import estimate_memory
 
     memory = estimate_memory(profile, settings, gpu=gpu)
     if not memory.fits or memory.num_gpu_blocks < 1:

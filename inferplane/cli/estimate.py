@@ -13,12 +13,12 @@ from inferplane.cli.main import app
 from inferplane.errors import USAGE_EXIT_CODE, InferplaneError
 
 if TYPE_CHECKING:  # the estimator loads on use: `inferplane --help` stays fast
-    from inferplane.planner.estimate_types import MemoryEstimate
+    from inferplane.estimator.types import MemoryEstimate
 
 
 def json_keys() -> list[str]:
     """Keys of the --json object, in order; an invalid request prints them as null."""
-    from inferplane.planner.estimate_types import MemoryEstimate
+    from inferplane.estimator.types import MemoryEstimate
 
     return [f.name for f in dataclasses.fields(MemoryEstimate)]
 
@@ -27,7 +27,7 @@ def parse_max_model_len(value: str | None) -> int | None:
     if value is None:
         return None
     if value.strip().lower() in ("auto", "-1"):
-        from inferplane.planner.memory import AUTO_MAX_MODEL_LEN
+        from inferplane.estimator.memory import AUTO_MAX_MODEL_LEN
 
         return AUTO_MAX_MODEL_LEN
     try:
@@ -129,15 +129,15 @@ def estimate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Estimate per-GPU memory, KV cache tokens and max concurrency the way vLLM counts them."""
-    from inferplane.gpus import lookup_gpu
-    from inferplane.gpus.spec import GIB
-    from inferplane.models import load_profile
-    from inferplane.planner.estimate_types import EngineSettings
-    from inferplane.planner.memory import estimate_memory
-    from inferplane.planner.vllm_versions import (
+    from inferplane.engines.vllm.versions import (
         DEFAULT_VLLM_VERSION,
         default_gpu_memory_utilization,
     )
+    from inferplane.estimator.memory import estimate_memory
+    from inferplane.estimator.types import EngineSettings
+    from inferplane.gpus import lookup_gpu
+    from inferplane.gpus.spec import GIB
+    from inferplane.models import load_profile
 
     try:
         if gpu_memory_utilization is None:

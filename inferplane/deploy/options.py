@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from inferplane.deploy.images import PROJECT_IMAGE
+from inferplane.engines.vllm.versions import parse_version
 from inferplane.errors import InferplaneError
-from inferplane.planner.vllm_versions import parse_version
 
 Autoscaler = Literal["keda", "hpa", "none"]
 WeightsMode = Literal["none", "pvc", "prewarm"]

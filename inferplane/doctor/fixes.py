@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from inferplane.doctor.logtext import LogContext
 
 if TYPE_CHECKING:
+    from inferplane.estimator.types import EngineSettings, MemoryEstimate
     from inferplane.gpus.spec import GpuSpec
     from inferplane.models.profile import ModelProfile
-    from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
 
 GIB = 1024**3
 CONTEXT_GIB = 0.5  # per-process CUDA context outside the utilization budget (P01)
@@ -61,7 +61,7 @@ class FixContext:
                 f"utilization {self.utilization:.2f}{version}")
 
     def settings(self, **changes: object) -> EngineSettings:
-        from inferplane.planner.estimate_types import EngineSettings
+        from inferplane.estimator.types import EngineSettings
 
         base: dict[str, object] = {
             "tensor_parallel_size": self.tp,
@@ -76,7 +76,7 @@ class FixContext:
 
     def estimate(self, **changes: object) -> MemoryEstimate | None:
         from inferplane.errors import InferplaneError
-        from inferplane.planner.memory import estimate_memory
+        from inferplane.estimator.memory import estimate_memory
 
         if self.profile is None or not self.has_hardware:
             return None
@@ -96,7 +96,7 @@ def _fmt(value: float) -> str:
 
 
 def _valid_tp(ctx: FixContext, limit: int = 16) -> list[int]:
-    from inferplane.planner.rules import valid_tp_sizes
+    from inferplane.estimator.rules import valid_tp_sizes
 
     assert ctx.profile is not None
     return valid_tp_sizes(ctx.profile, limit=limit)

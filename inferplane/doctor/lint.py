@@ -89,7 +89,7 @@ def _facts(fleet: FleetSpec, model: ModelSpec) -> ModelFacts:
 
 
 def _settings(facts: ModelFacts, **changes: Any) -> Any:
-    from inferplane.planner.estimate_types import EngineSettings
+    from inferplane.estimator.types import EngineSettings
 
     m = facts.spec
     values: dict[str, Any] = {
@@ -150,7 +150,7 @@ def rule_max_model_len(fleet: FleetSpec, f: ModelFacts) -> list[Advice]:
     if m.max_model_len == "auto":
         detail = ""
         if f.profile is not None and f.gpu is not None:
-            from inferplane.planner.memory import estimate_memory
+            from inferplane.estimator.memory import estimate_memory
 
             est = estimate_memory(f.profile, _settings(f), gpu=f.gpu)
             detail = f" (here {est.max_model_len} tokens on {f.gpu.name})"
@@ -171,8 +171,8 @@ def rule_tp_larger_than_needed(fleet: FleetSpec, f: ModelFacts) -> list[Advice]:
     tp = m.tensor_parallel_size
     if not isinstance(tp, int) or tp <= 1 or f.profile is None or f.gpu is None:
         return []
-    from inferplane.planner.memory import estimate_memory
-    from inferplane.planner.rules import valid_tp_sizes
+    from inferplane.estimator.memory import estimate_memory
+    from inferplane.estimator.rules import valid_tp_sizes
 
     for smaller in valid_tp_sizes(f.profile, limit=tp - 1):
         est = estimate_memory(f.profile, _settings(f, tensor_parallel_size=smaller), gpu=f.gpu)

@@ -1,6 +1,9 @@
-"""The planner: memory estimates, validation rules and fleet placement (pure functions).
+"""The planner: place a fleet (pure functions). One instance's memory is the estimator's
+(`inferplane.estimator`); vLLM's release facts are the engine adapter's
+(`inferplane.engines.vllm.versions`, `.defaults`).
 
-`from inferplane.planner import plan_fleet` places a fleet; `Plan` is its result.
+`from inferplane.planner import plan_fleet` places a fleet; `Plan` is its result;
+`inferplane.planner.incremental` adds or removes replicas of a running plan.
 """
 
 from __future__ import annotations

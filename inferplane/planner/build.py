@@ -15,7 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from inferplane.engines.vllm import VllmArgs, build_vllm_argv, multinode_argvs
+from inferplane.engines.vllm.versions import era_of
 from inferplane.errors import InferplaneError
+from inferplane.estimator.memory import estimate_memory
+from inferplane.estimator.pipeline import stage_profile, stages
+from inferplane.estimator.types import MemoryEstimate, RankMemory
 from inferplane.gpus import find_gpu, lookup_gpu
 from inferplane.gpus.discovery import DiscoveredGpu
 from inferplane.gpus.spec import GIB
@@ -23,10 +27,7 @@ from inferplane.models import load_profile
 from inferplane.models.profile import ModelProfile
 from inferplane.planner import explain, fixes
 from inferplane.planner.colocation import CardShare, share_cards
-from inferplane.planner.estimate_types import MemoryEstimate, RankMemory
 from inferplane.planner.greedy import allowed_nodes, place_greedy
-from inferplane.planner.memory import estimate_memory
-from inferplane.planner.pipeline import stage_profile, stages
 from inferplane.planner.placement import Choice, Item, Placement, Slot
 from inferplane.planner.plan import (
     InstanceMemory,
@@ -47,7 +48,6 @@ from inferplane.planner.sizing import (
     graph_bytes,
 )
 from inferplane.planner.solver import solve_around_spanning
-from inferplane.planner.vllm_versions import era_of
 from inferplane.spec import FleetSpec, ModelSpec
 
 BASE_PORT = 8100

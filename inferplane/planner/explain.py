@@ -13,10 +13,11 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
+from inferplane.estimator import overheads
+from inferplane.estimator.memory import AUTO_MAX_MODEL_LEN, estimate_memory
+from inferplane.estimator.types import EngineSettings
 from inferplane.gpus import known_gpus
 from inferplane.models.profile import ModelProfile
-from inferplane.planner import overheads
-from inferplane.planner.estimate_types import EngineSettings
 from inferplane.planner.fixes import (
     Fix,
     PlanRefused,
@@ -25,7 +26,6 @@ from inferplane.planner.fixes import (
     with_node,
     without_model,
 )
-from inferplane.planner.memory import AUTO_MAX_MODEL_LEN, estimate_memory
 from inferplane.planner.placement import Item, Placement, Slot
 from inferplane.planner.sizing import GpuType, Shape, SizingFailure, base_settings, size_model
 from inferplane.spec import FleetSpec, ModelSpec

@@ -20,7 +20,7 @@ Fractions are integer units of 1/10,000 of a card so packing is exact arithmetic
 * max_model_len "auto": the model's maximum when one request of it fits, else the longest
   that fits at the card budget.
 * pipeline_parallel_size (replicas that span nodes): an explicit N sizes every stage - one
-  node with TP GPUs each, holding ~1/N of the layers (`inferplane.planner.pipeline`) - and
+  node with TP GPUs each, holding ~1/N of the layers (`inferplane.estimator.pipeline`) - and
   the shape's numbers are the heaviest stage's (one utilization for all stages); "auto"
   tries 1 first and N = 2, 3, ... (nodes of the GPU type) only when nothing fits one node.
 """
@@ -31,20 +31,20 @@ import math
 from dataclasses import dataclass, field, replace
 
 from inferplane.engines.vllm import capture_sizes_from_extra_args
-from inferplane.gpus.spec import GIB, GpuSpec
-from inferplane.models.profile import ModelProfile
-from inferplane.planner import overheads, rules
-from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
-from inferplane.planner.kv_cache import kv_dtype_bytes, kv_layout
-from inferplane.planner.memory import AUTO_MAX_MODEL_LEN, estimate_memory
-from inferplane.planner.pipeline import (
+from inferplane.estimator import overheads, rules
+from inferplane.estimator.kv_cache import kv_dtype_bytes, kv_layout
+from inferplane.estimator.memory import AUTO_MAX_MODEL_LEN, estimate_memory
+from inferplane.estimator.pipeline import (
     PP_PARTITION_ENV,
     Stage,
     parse_partition,
     stage_profile,
     stages,
 )
-from inferplane.planner.weights import DTYPE_BYTES, resolve_dtype, resolve_quantization
+from inferplane.estimator.types import EngineSettings, MemoryEstimate
+from inferplane.estimator.weights import DTYPE_BYTES, resolve_dtype, resolve_quantization
+from inferplane.gpus.spec import GIB, GpuSpec
+from inferplane.models.profile import ModelProfile
 from inferplane.spec import ModelSpec
 
 UNITS = 10_000  # one card

@@ -35,7 +35,7 @@ _WARNED: set[str] = set()
 def sleep_supported(fleet: FleetSpec) -> bool:
     if fleet.engine.kind == "sim":
         return True
-    from inferplane.planner.vllm_versions import parse_version
+    from inferplane.engines.vllm.versions import parse_version
 
     ok = parse_version(fleet.engine.version) >= SLEEP_MODE_SINCE
     if not ok and fleet.engine.version not in _WARNED:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictStr, model_validator
 
-from inferplane.planner.vllm_versions import DEFAULT_VLLM_VERSION
+from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION
 from inferplane.spec.base import SpecModel
 from inferplane.spec.types import EnvMap, Version
 

@@ -9,10 +9,10 @@ from inferplane.engines.sim.config import SimEngineConfig
 from inferplane.engines.sim.timing import StepTimeModel, model_cost
 from inferplane.engines.sim.tokens import Tokenizer, load_tokenizer
 from inferplane.errors import InferplaneError
+from inferplane.estimator.memory import estimate_memory
+from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.gpus import GIB, GpuSpec, lookup_gpu
 from inferplane.models import ModelProfile, load_profile, profile_from_config
-from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate
-from inferplane.planner.memory import estimate_memory
 
 # Built-in profile when neither a model directory nor a config is given: the shape of
 # Qwen/Qwen3-0.6B (config.json of the Hugging Face checkpoint), small enough that many

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferplane.planner.vllm_versions import parse_version
+from inferplane.engines.vllm.versions import parse_version
 
 Version = tuple[int, int, int]
 

@@ -1,4 +1,4 @@
-"""Inputs and outputs of the GPU memory estimator (`inferplane.planner.memory`)."""
+"""Inputs and outputs of the GPU memory estimator (`inferplane.estimator.memory`)."""
 
 from __future__ import annotations
 

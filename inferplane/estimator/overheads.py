@@ -8,8 +8,8 @@ per case). Everything is per GPU (per TP rank).
 
 from __future__ import annotations
 
+from inferplane.engines.vllm.versions import parse_version
 from inferplane.models.profile import ModelProfile
-from inferplane.planner.vllm_versions import parse_version
 
 GIB = 1024**3
 MIB = 1024**2

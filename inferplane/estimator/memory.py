@@ -15,13 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from inferplane.engines.vllm.defaults import default_batch_limits
+from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION, era_of, parse_version
 from inferplane.errors import InferplaneError
-from inferplane.gpus.spec import GIB, GpuSpec
-from inferplane.models.profile import ModelProfile
-from inferplane.planner import overheads, rules
-from inferplane.planner.defaults import default_batch_limits
-from inferplane.planner.estimate_types import EngineSettings, MemoryEstimate, RankMemory
-from inferplane.planner.kv_cache import (
+from inferplane.estimator import overheads, rules
+from inferplane.estimator.kv_cache import (
     DEFAULT_BLOCK_SIZE,
     MLA_BLOCK_SIZE_HOPPER,
     KvLayout,
@@ -29,15 +27,17 @@ from inferplane.planner.kv_cache import (
     kv_layout,
     max_model_len_that_fits,
 )
-from inferplane.planner.pipeline import Stage, stage_profile, stages
-from inferplane.planner.vllm_versions import DEFAULT_VLLM_VERSION, era_of, parse_version
-from inferplane.planner.weights import (
+from inferplane.estimator.pipeline import Stage, stage_profile, stages
+from inferplane.estimator.types import EngineSettings, MemoryEstimate, RankMemory
+from inferplane.estimator.weights import (
     DTYPE_BYTES,
     resolve_dtype,
     resolve_quantization,
     stage_weight_bytes,
     weight_format,
 )
+from inferplane.gpus.spec import GIB, GpuSpec
+from inferplane.models.profile import ModelProfile
 
 AUTO_MAX_MODEL_LEN = -1
 
@@ -237,7 +237,7 @@ def estimate_memory(
     that cannot be estimated at all raises InferplaneError.
 
     With `pipeline_parallel_size` > 1 every stage is estimated on its own layers (see
-    `inferplane.planner.pipeline`); vLLM gives every stage the smallest stage's number of
+    `inferplane.estimator.pipeline`); vLLM gives every stage the smallest stage's number of
     KV blocks, so the replica's KV tokens and concurrency are that stage's, and the
     per-GPU figures reported are of that stage (`worst_rank`); `ranks` has all of them.
     """

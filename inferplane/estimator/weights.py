@@ -199,7 +199,7 @@ def weight_bytes(profile: ModelProfile, fmt: WeightFormat, tp: int) -> WeightBre
 def stage_weight_bytes(
     profile: ModelProfile, fmt: WeightFormat, tp: int, stage: ModelProfile
 ) -> WeightBreakdown:
-    """Weights of one pipeline stage (`inferplane.planner.pipeline.stage_profile`) per GPU;
+    """Weights of one pipeline stage (`inferplane.estimator.pipeline.stage_profile`) per GPU;
     `total_bytes` stays the whole model's. With real file sizes the stage keeps the model's
     file-size / arithmetic ratio. `stage is profile` (one stage) is `weight_bytes` itself."""
     full = weight_bytes(profile, fmt, tp)
