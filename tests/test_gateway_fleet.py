@@ -98,6 +98,8 @@ def test_fleet_gateway_defaults_match_the_gateway_config(tmp_path: Path) -> None
     defaults, dflt_model = GatewayConfig(), ModelRoute("m")
     assert config.priority_header.lower() == defaults.priority_header
     assert config.access_log_path is None
+    assert config.port == defaults.port == 8000
+    assert route.timeouts == dflt_model.timeouts  # one source for every timeout default
     assert route.long_prompt_lane is None
     assert (
         (route.retries, route.eject_after_failures)

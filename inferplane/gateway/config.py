@@ -11,6 +11,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from inferplane.errors import InferplaneError
+from inferplane.spec.gateway import (
+    DEFAULT_CONNECT_S,
+    DEFAULT_FIRST_BYTE_S,
+    DEFAULT_GATEWAY_PORT,
+    DEFAULT_IDLE_S,
+    DEFAULT_TOTAL_S,
+)
 
 # Names of the scorers a model's routing chain may use (see `scorers.py`).
 SCORER_NAMES = ("least_outstanding", "engine_metrics", "prefix_affinity", "session_affinity")
@@ -26,10 +33,10 @@ class Timeouts:
     non-streaming responses only arrive when generation ends, so `total_s` bounds them.
     """
 
-    connect_s: float = 10.0
-    first_token_s: float = 300.0
-    idle_s: float = 120.0
-    total_s: float = 1800.0
+    connect_s: float = DEFAULT_CONNECT_S
+    first_token_s: float = DEFAULT_FIRST_BYTE_S
+    idle_s: float = DEFAULT_IDLE_S
+    total_s: float = DEFAULT_TOTAL_S
 
     def __post_init__(self) -> None:
         for name in ("connect_s", "first_token_s", "idle_s", "total_s"):
@@ -230,7 +237,7 @@ class GatewayConfig:
     models: tuple[ModelRoute, ...] = ()
     routes: tuple[WeightedRoute, ...] = ()
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = DEFAULT_GATEWAY_PORT
     max_body_bytes: int = 32 * 1024 * 1024
     access_log: bool = True
     access_log_path: str | None = None  # None: stderr

@@ -9,14 +9,22 @@ from pydantic import Field, StrictStr
 from inferplane.spec.base import SpecModel
 from inferplane.spec.types import NonNegativeInt, PositiveFloat, PositiveInt
 
+# The one place these defaults live: the gateway's own config (`inferplane.gateway.config`)
+# takes them from here, so `inferplane gateway` with and without a fleet file agree.
+DEFAULT_GATEWAY_PORT = 8000
+DEFAULT_CONNECT_S = 10.0
+DEFAULT_FIRST_BYTE_S = 600.0  # includes the engine's own queue and a long prefill
+DEFAULT_IDLE_S = 120.0  # longest gap between streamed chunks
+DEFAULT_TOTAL_S = 3600.0
+
 
 class GatewayTimeouts(SpecModel):
     """Default upstream timeouts for every model (P40): generous, since generations are long."""
 
-    connect_s: PositiveFloat = 10.0
-    first_byte_s: PositiveFloat = 600.0  # includes the engine's own queue and a long prefill
-    idle_s: PositiveFloat = 120.0  # longest gap between streamed chunks
-    total_s: PositiveFloat = 3600.0
+    connect_s: PositiveFloat = DEFAULT_CONNECT_S
+    first_byte_s: PositiveFloat = DEFAULT_FIRST_BYTE_S
+    idle_s: PositiveFloat = DEFAULT_IDLE_S
+    total_s: PositiveFloat = DEFAULT_TOTAL_S
 
 
 class GatewayConnections(SpecModel):
@@ -35,7 +43,7 @@ class GatewaySpec(SpecModel):
     """Where the gateway listens and what it accepts."""
 
     host: StrictStr = Field(default="127.0.0.1", min_length=1)
-    port: int = Field(default=8000, strict=True, ge=1, le=65535)
+    port: int = Field(default=DEFAULT_GATEWAY_PORT, strict=True, ge=1, le=65535)
     max_body_mib: PositiveFloat = 32.0  # larger bodies get 413 naming the limit (P41)
     timeouts: GatewayTimeouts = Field(default_factory=GatewayTimeouts)
     connections: GatewayConnections = Field(default_factory=GatewayConnections)
