@@ -51,6 +51,8 @@ async def test_two_models_that_do_not_fit_together_swap_on_demand(tmp_path: Path
         tenancy=False, control=False, scaling_interval_s=0.05,
     ))
     assert rt.plan is not None and [i.id for i in rt.plan.instances] == ["day-0"]
+    assert rt.scaling is not None
+    assert rt.scaling.status()["not_awake_together"] == [["day", "night"]]
     await rt.start()
     try:
         assert await rt.wait_settled(30)

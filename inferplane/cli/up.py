@@ -75,6 +75,8 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
             f"[{sc['min_replicas']}..{sc['max_replicas']}]{asleep}"
             + (f"; last {last['action']}: {last['reason']}" if last else "")
             + " (inferplane events)")
+    for pair in (status.get("scaling") or {}).get("not_awake_together") or []:
+        say(out, f"{' and '.join(pair)} cannot be awake together here: they swap")
     failed = [i for i in status.get("instances", []) if i["state"] == "failed"]
     for inst in failed:
         say(out, f"[red]{inst['name']} failed:[/] {inst['last_error']}")

@@ -93,6 +93,20 @@ class ScalingController:
         self._texts: dict[str, str] = {}  # backend url -> its last engine /metrics text
         self._sla: dict[str, SlaTracker] = {}  # SLA-mode models (built when first needed)
         self.errors = 0
+        self.exclusive: list[tuple[str, str]] = []  # models that can only swap
+        if runtime.plan is not None and len(self.scalers) > 1:
+            from inferplane.scaling.placement import not_awake_together, planner_placer
+
+            try:
+                self.exclusive = not_awake_together(
+                    fleet, runtime.plan, list(self.scalers),
+                    runtime.options.placer or planner_placer(),
+                )
+            except InferplaneError:
+                self.exclusive = []
+            for a, b in self.exclusive:
+                log.info("%s and %s cannot be awake together on this inventory: they swap",
+                         a, b)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -452,4 +466,5 @@ class ScalingController:
                      "at": state.last_at} if state.last_action else None
                 ),
             }
-        return {"models": models, "events": self.events.recent(20), "errors": self.errors}
+        return {"models": models, "events": self.events.recent(20), "errors": self.errors,
+                "not_awake_together": [list(pair) for pair in self.exclusive]}

@@ -45,3 +45,19 @@ def without(plan: Plan, ids: set[str]) -> Plan:
 
 def with_instance(plan: Plan, inst: PlanInstance) -> Plan:
     return plan.model_copy(update={"instances": [*plan.instances, inst]})
+
+
+def not_awake_together(fleet: FleetSpec, plan: Plan, models: list[str],
+                       place: Placer) -> list[tuple[str, str]]:
+    """Pairs of `models` whose replicas cannot be awake at once on the plan's inventory
+    (one replica each, nothing else placed): they can only swap."""
+    from itertools import combinations
+
+    empty = plan.model_copy(update={"instances": []})
+    out: list[tuple[str, str]] = []
+    for a, b in combinations(sorted(models), 2):
+        try:
+            place(fleet, place(fleet, empty, a, 1), b, 1)
+        except InferplaneError:
+            out.append((a, b))
+    return out
