@@ -430,6 +430,10 @@ class Runtime:
         """Sleeping instances of `model`, the longest asleep first."""
         return [n for n in self._asleep if self.supervisor.records[n].instance.model == model]
 
+    def parked(self, name: str) -> bool:
+        """Not routed on purpose: asleep, or draining before it sleeps or stops."""
+        return name in self._parked
+
     def asleep_level(self, name: str) -> int:
         return self._asleep[name]
 

@@ -162,8 +162,10 @@ class ScalingController:
             return False
         rt = self.runtime
         awake = rt.awake_replicas(model)
-        starting = any(rt.supervisor.records[n].state == "starting" for n in awake)
-        if awake and not starting and model not in self._acting:
+        # starting, or draining to sleep or stop (yielding its GPU): capacity comes back
+        moving = any(rt.supervisor.records[n].state == "starting" or rt.parked(n)
+                     for n in awake)
+        if awake and not moving and model not in self._acting:
             return False  # replicas exist but none is routable: the supervisor's business
         self._kick.set()
         return True
