@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from planner_fleets import fleet
 
 from inferplane.engines.sim.app import EngineApp
 from inferplane.engines.sim.build import build_parts
 from inferplane.engines.sim.config import SimEngineConfig
 from inferplane.engines.sim.engine import SimEngine
 from inferplane.engines.sim.sleep import DISK_BYTES_S, HOST_LINK_BYTES_S, SleepState, cold_start_s
+from inferplane.runtime.instances import Instance
+from inferplane.scaling.swap import sleep_supported, with_sleep_mode
+from inferplane.spec import FleetSpec
 
 
 def test_level_1_costs_a_host_copy_each_way_level_2_a_disk_reload() -> None:
@@ -65,3 +69,35 @@ async def test_http_sleep_level_2_needs_reload_weights_before_answering() -> Non
             assert (await c.post("/v1/completions", json=body)).status_code == 200
     finally:
         await engine.stop()
+
+
+def _vllm_fleet(version: str) -> FleetSpec:
+    return fleet(f"""\
+engine: {{kind: vllm, version: "{version}"}}
+gpus:
+  nodes:
+    - {{name: box, gpu_type: L40S, count: 1}}
+models:
+  - name: chat
+    source: Qwen--Qwen3-8B
+    max_model_len: 4096
+scaling:
+  models:
+    chat: {{min_replicas: 0, max_replicas: 1, sleep: {{level: 2}}}}
+""")
+
+
+def test_sleep_mode_flags_and_the_stop_start_fallback_of_old_engines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inst = Instance(name="chat-0", model="chat", served_name="chat", replica=0, port=1,
+                    engine="vllm", argv=("vllm", "serve", "m"))
+    new = _vllm_fleet("0.31.0")
+    assert sleep_supported(new)
+    woken = with_sleep_mode(new, inst)
+    assert woken.argv[-1] == "--enable-sleep-mode" and woken.env["VLLM_SERVER_DEV_MODE"] == "1"
+    old = _vllm_fleet("0.7.3")
+    with caplog.at_level("WARNING", logger="inferplane.scaling"):
+        assert not sleep_supported(old)
+    assert "no sleep mode" in caplog.text and "stops and starts" in caplog.text
+    assert with_sleep_mode(old, inst) is inst
