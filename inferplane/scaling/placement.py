@@ -17,17 +17,9 @@ def planner_placer() -> Placer:
     """`inferplane.planner.incremental.add_replicas`, imported when first needed."""
 
     def place(fleet: FleetSpec, plan: Plan, model: str, count: int) -> Plan:
-        try:
-            from inferplane.planner.incremental import add_replicas
-        except ImportError as exc:
-            raise InferplaneError(
-                "this build has no incremental placement (inferplane.planner.incremental)",
-                field=f"scaling.models.{model}",
-                value=model,
-                fix="run the model's replicas as a fixed count (replicas:) until it lands",
-            ) from exc
-        new_plan: Plan = add_replicas(fleet, plan, model, count)
-        return new_plan
+        from inferplane.planner.incremental import add_replicas
+
+        return add_replicas(fleet, plan, model, count)
 
     return place
 
