@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
@@ -157,8 +157,17 @@ def test_a_disconnect_after_n_chunks_bills_n_tokens_and_the_budget_holds(
     assert row["completion_tokens"] == n * streamed  # exactly what reached the clients
     assert row["prompt_tokens"] > 0
     assert row["prompt_tokens"] + row["completion_tokens"] >= 120 - 40  # billed, not free
-    harness.run(tenancy.stop())
-    harness.run(store.close())
+    harness.run(_stop_servers_then(harness, store.close()))
+
+
+async def _stop_servers_then(h: Harness, then: Awaitable[None]) -> None:
+    """Stop the gateways (their shutdown flushes the ledger), then `then` (the store)."""
+    for server, task in h._servers:
+        server.should_exit = server.force_exit = True
+        await task
+        await server.lifespan.shutdown()
+    h._servers.clear()
+    await then
 
 
 async def _rows(store: Store) -> int:
