@@ -17,7 +17,13 @@ from inferplane.spec.gateway import (
     DEFAULT_GATEWAY_PORT,
     DEFAULT_IDLE_S,
     DEFAULT_TOTAL_S,
+    GatewayConnections,
 )
+from inferplane.spec.model import RoutingSpec
+
+# The fleet file's defaults are the only ones (issue 18.10): read once from its models.
+_CONNECTIONS = GatewayConnections()
+_ROUTING = RoutingSpec()
 
 # Names of the scorers a model's routing chain may use (see `scorers.py`).
 SCORER_NAMES = ("least_outstanding", "engine_metrics", "prefix_affinity", "session_affinity")
@@ -54,13 +60,13 @@ class Timeouts:
 class ConnectionLimits:
     """Per-connection bounds; the fleet file's `gateway.connections`."""
 
-    header_timeout_s: float = 30.0  # nginx client_header_timeout 60s
-    body_timeout_s: float = 30.0  # nginx client_body_timeout 60s (between two reads)
-    keepalive_timeout_s: float = 75.0  # nginx keepalive_timeout 75s
-    send_timeout_s: float = 60.0  # nginx send_timeout 60s (client reads nothing)
-    max_header_bytes: int = 64 * 1024  # nginx large_client_header_buffers 4 8k
-    max_connections: int = 10_000  # nginx worker_connections 512 (per worker)
-    fd_reserve: int = 256  # descriptors kept free for upstreams, logs, the database
+    header_timeout_s: float = _CONNECTIONS.header_timeout_s  # nginx client_header_timeout
+    body_timeout_s: float = _CONNECTIONS.body_timeout_s  # nginx client_body_timeout
+    keepalive_timeout_s: float = _CONNECTIONS.keepalive_timeout_s  # nginx keepalive_timeout
+    send_timeout_s: float = _CONNECTIONS.send_timeout_s  # nginx send_timeout
+    max_header_bytes: int = _CONNECTIONS.max_header_bytes  # large_client_header_buffers
+    max_connections: int = _CONNECTIONS.max_connections  # nginx worker_connections
+    fd_reserve: int = _CONNECTIONS.fd_reserve  # kept free for upstreams, logs, the database
 
     def __post_init__(self) -> None:
         for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s",
@@ -139,11 +145,11 @@ class ModelRoute:
     # this many of the replica's own failures (connect, reset, mid-stream death, timeouts)...
     eject_after_failures: int = 3
     # ... or this many 5xx answers in a row that another replica did not share.
-    eject_after_5xx: int = 5
+    eject_after_5xx: int = _ROUTING.eject_after_5xx
     # At most this share of a model's ready replicas is ejected at once (at least one may be
     # for the replica's own failures; the last routable one never is for 5xx answers). When
     # every ready replica is ejected, requests go to them anyway (panic routing).
-    max_ejection_percent: float = 50.0
+    max_ejection_percent: float = _ROUTING.max_ejection_percent
     session_header: str = "x-session-id"  # read by session affinity
     prefix_chars: int = 256  # leading prompt characters hashed by prefix affinity
     prefix_load_factor: float = 1.25  # bounded-load factor for prefix affinity
