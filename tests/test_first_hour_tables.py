@@ -125,3 +125,17 @@ def test_gpus_discover_at_80_columns_keeps_the_whole_uuid(
     assert result.exit_code == 0, result.output
     _assert_fits(result.output, 80)
     assert "GPU-aaaa" in result.output  # pins engines: never hidden or cut
+
+
+def test_status_says_when_the_supervisor_cannot_check_an_instance() -> None:
+    from inferplane.cli.up import print_status
+
+    status = _status()
+    first = status["instances"][0]  # type: ignore[index]
+    first["check_error"] = "health: OSError: [Errno 24] Too many open files"
+    console, out = _console(80)
+    print_status(status, console)
+    text = out.getvalue()
+    _assert_fits(text, 80)
+    assert "(unchecked)" in text
+    assert f"{NAMES[0]}: the supervisor cannot check it: health: OSError" in text

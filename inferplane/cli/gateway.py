@@ -43,7 +43,8 @@ def gateway(
         None, "--access-log-path", help="Append the access log to this file, not stderr."
     ),
     db: str | None = typer.Option(
-        None, "--db", help="Keys/usage/routes database (default: fleet's, else .inferplane/)."
+        None, "--db", help="Keys/usage/routes database URL, or @FILE holding it (default: "
+        "$INFERPLANE_DATABASE_URL(_FILE), the fleet's, else .inferplane/)."
     ),
     tenancy: bool = typer.Option(True, help="API keys, limits, usage ledger, DB routes."),
     ratelimit_headers: str | None = typer.Option(

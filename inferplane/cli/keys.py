@@ -29,8 +29,9 @@ KEY_COLUMNS = (
     Col("revoked", drop=1),
 )  # fmt: skip
 DB_HELP = (
-    "Database URL (default: $INFERPLANE_DATABASE_URL, the fleet's gateway.database_url, "
-    "the running fleet's database, else sqlite:///.inferplane/inferplane.db)."
+    "Database URL, or @FILE holding it (keeps a password out of `ps`; default: "
+    "$INFERPLANE_DATABASE_URL(_FILE), the fleet's gateway.database_url, the running fleet's "
+    "database, else sqlite:///.inferplane/inferplane.db)."
 )
 
 

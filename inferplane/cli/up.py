@@ -46,6 +46,8 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
             uptime = time.time() - inst["ready_since"]
         kv = inst.get("kv_cache_usage")
         state = f"asleep (L{inst['sleep_level']})" if inst.get("sleep_level") else inst["state"]
+        if inst.get("check_error"):
+            state += " (unchecked)"  # the supervisor cannot probe it now; see below
         rows.append([
             inst["name"], inst["model"], state, str(inst["pid"] or "-"),
             str(inst["port"]), gpus, str(inst["restarts"]), _duration(uptime),
@@ -58,6 +60,10 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
     out.print(fitted_table(STATUS_COLUMNS, rows, out.width, title))
     for ep in status.get("endpoint_models", []):
         say(out, f"{ep['model']}: served by {', '.join(ep['endpoints'])}")
+    for inst in status.get("instances", []):
+        if inst.get("check_error"):
+            say(out, f"{inst['name']}: the supervisor cannot check it: {inst['check_error']} "
+                "(it retries with backoff; the state shown is the last one it saw)")
     say(out, f"gateway: {status['gateway']['url']}/v1")
     tenancy = status.get("tenancy")
     if tenancy:
@@ -129,8 +135,9 @@ def up(
     ),
     db: str | None = typer.Option(
         None, "--db",
-        help="Keys/usage/routes database (default: $INFERPLANE_DATABASE_URL, the fleet's "
-        "gateway.database_url, else STATE_DIR/inferplane.db).",
+        help="Keys/usage/routes database URL, or @FILE holding it (default: "
+        "$INFERPLANE_DATABASE_URL(_FILE), the fleet's gateway.database_url, else "
+        "STATE_DIR/inferplane.db).",
     ),
     tenancy: bool = typer.Option(
         True, help="API keys, limits, usage ledger and DB routes in the gateway."
