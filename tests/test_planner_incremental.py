@@ -95,3 +95,26 @@ def test_replicas_added_one_by_one_fill_the_cards_within_budget() -> None:
         added += 1
         _within_budget(plan)
     assert added == 2  # one per card: replicas of one model never share a GPU
+
+
+def test_the_plan_reports_models_that_can_only_take_turns() -> None:
+    swap = """
+gpus:
+  nodes: [{name: n1, gpu_type: L4, count: 1}]
+models:
+  - {name: day, source: Qwen--Qwen3-8B, max_model_len: 4096, max_num_seqs: 4}
+  - {name: night, source: Qwen--Qwen3-8B, max_model_len: 4096, max_num_seqs: 4, replicas: 0}
+  - {name: embed, source: Qwen--Qwen3-Embedding-0.6B, task: embed, max_model_len: 2048,
+     replicas: 0}
+scaling:
+  models:
+    day: {min_replicas: 0, max_replicas: 1}
+    night: {min_replicas: 0, max_replicas: 1}
+    embed: {min_replicas: 0, max_replicas: 1}
+"""
+    plan = plan_fleet(fleet(swap))
+    swaps = [w for w in plan.warnings if w.startswith("swap:")]
+    # Two 8B models never fit one L4 together; the small embedding fits next to either.
+    assert swaps == [w for w in swaps if "day and night" in w] and len(swaps) == 1
+    bigger = plan_fleet(fleet(swap.replace("count: 1", "count: 2")))
+    assert not [w for w in bigger.warnings if w.startswith("swap:")]

@@ -96,8 +96,15 @@ def plan_fleet(
         refusal = explain.unplaced(placement, items, models, slots, fleet)
         raise refusal.error(_checked(fleet, refusal, policy, card_budget_fraction,
                                      discovered, profiles, check_fixes))
-    return _assemble(fleet, items, loaded, slots, placement, policy, card_budget_fraction,
+    plan = _assemble(fleet, items, loaded, slots, placement, policy, card_budget_fraction,
                      fleet_file)
+    if len(fleet.scaling.models) > 1:  # models the autoscaler may have to take turns
+        from inferplane.planner.incremental import swap_report
+
+        swaps = swap_report(fleet, plan, discovered=discovered, profiles=profiles)
+        if swaps:
+            plan = plan.model_copy(update={"warnings": [*plan.warnings, *swaps]})
+    return plan
 
 
 def placement_problem(

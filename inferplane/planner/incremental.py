@@ -9,12 +9,17 @@ instance fixed where it is with its share. A new replica that shares a card with
 instances gets an explicit KV pool and starts after them. Existing instances are returned
 unchanged except `shares_gpu_with`, which then lists the newcomer (their argv, env and
 share are what they run with). Raises InferplaneError when the replicas do not fit.
+
+`cannot_run_together` / `swap_report`: which scaled models no plan can hold awake at the
+same time (one replica each) - `plan_fleet` adds them as "swap:" warnings, so the plan says
+which models the autoscaler will have to take turns on the GPUs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from itertools import combinations
 
 from inferplane.errors import InferplaneError
 from inferplane.gpus.discovery import DiscoveredGpu
@@ -164,6 +169,58 @@ def remove_replicas(
         "instances": instances, "gpus": gpus,
         "totals": plan_totals(gpus, plan.totals.solver, plan.totals.solver_optimal),
     })
+
+
+MAX_SWAP_CHECK = 8  # scaled models whose pairs `plan` checks (28 small plans at most)
+
+
+def cannot_run_together(
+    fleet: FleetSpec,
+    models: list[str],
+    card_budget_fraction: float = 0.95,
+    *,
+    discovered: list[DiscoveredGpu] | None = None,
+    profiles: Mapping[str, ModelProfile] | None = None,
+) -> list[tuple[str, str]]:
+    """Pairs of `models` for which no plan of the inventory holds one replica of each (and
+    nothing else): the autoscaler can only let them take turns (sleep/wake swapping)."""
+    from inferplane.planner.build import plan_fleet
+
+    unscaled = fleet.scaling.model_copy(update={"models": {}})
+    out: list[tuple[str, str]] = []
+    for a, b in combinations(sorted(models), 2):
+        pair = fleet.model_copy(update={"scaling": unscaled, "models": [
+            m.model_copy(update={"replicas": 1}) for m in fleet.models if m.name in (a, b)
+        ]})
+        try:
+            plan_fleet(pair, card_budget_fraction=card_budget_fraction, time_limit_s=0.5,
+                       discovered=discovered, profiles=profiles, check_fixes=False)
+        except InferplaneError:
+            out.append((a, b))
+    return out
+
+
+def swap_report(
+    fleet: FleetSpec,
+    plan: Plan,
+    *,
+    discovered: list[DiscoveredGpu] | None = None,
+    profiles: Mapping[str, ModelProfile] | None = None,
+) -> list[str]:
+    """The plan's note on scaled models that can never be awake together (docs/scaling.md)."""
+    scaled = sorted(name for name in fleet.scaling.models
+                    if (spec := fleet.model(name)) is not None and spec.source is not None)
+    if len(scaled) < 2 or not plan.gpus:
+        return []
+    if len(scaled) > MAX_SWAP_CHECK:  # one small plan per pair: keep `plan` quick
+        return [f"swap: {len(scaled)} scaled models; which pairs can only take turns is not "
+                f"checked above {MAX_SWAP_CHECK} (`inferplane up` reports it at start)"]
+    return [
+        f"swap: {a} and {b} cannot be awake together on this inventory (one replica each); "
+        "the autoscaler puts one to sleep (or stops it) to wake the other"
+        for a, b in cannot_run_together(fleet, scaled, plan.card_budget_fraction,
+                                        discovered=discovered, profiles=profiles)
+    ]
 
 
 def _choice_of(inst: PlanInstance) -> Choice:
