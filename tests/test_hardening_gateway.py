@@ -197,7 +197,7 @@ def test_streams_on_an_ejected_replica_end_with_the_error_event_at_once(
     engine = harness.engine("m")
     engine.stall_after_chunks = 1  # streams send one chunk, then the engine wedges
     timeouts = Timeouts(first_token_s=0.3, idle_s=60, total_s=120)
-    app, url = gateway(harness, [engine], timeouts=timeouts, eject_after_failures=2)
+    _, url = gateway(harness, [engine], timeouts=timeouts, eject_after_failures=2)
     ended: list[tuple[float, bytes]] = []
 
     def stream() -> None:
@@ -222,8 +222,9 @@ def test_streams_on_an_ejected_replica_end_with_the_error_event_at_once(
     assert b"tok0" in events[0]
     assert b'"error"' in events[-2] and b"ejected" in events[-2]
     assert events[-1] == b"data: [DONE]"
-    (backend,) = app.state.backends("m")
-    assert backend.ejected
+    # Ejected once (the health monitor may readmit it by now on a slow machine: count the
+    # ejection instead of reading the current state).
+    assert metric(url, "inferplane_replica_ejections_total") == 1
 
 
 def test_fleet_file_settings_reach_the_gateway(tmp_path: Path) -> None:

@@ -125,8 +125,11 @@ class EngineProcess:
 
     async def wait(self) -> int:
         code = await self.proc.wait()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._pump
+        if not self._pump.done():
+            # asyncio.wait never raises the pump's own end (even a cancelled pump), while a
+            # cancellation of *this* task still propagates: suppressing CancelledError here
+            # swallowed Supervisor.stop()'s cancel, so a restart went on during shutdown.
+            await asyncio.wait([self._pump])
         return code
 
     def signal_group(self, sig: int) -> None:
@@ -138,10 +141,18 @@ class EngineProcess:
         """SIGTERM the group, then SIGKILL it after `timeout_s`; returns the exit code."""
         if self.proc.returncode is None:
             self.signal_group(signal.SIGTERM)
+            # asyncio.wait, not wait_for: on 3.11 wait_for swallows a cancellation that
+            # arrives as the process exits, and the supervisor then restarted an engine
+            # while shutting down.
+            waiter = asyncio.ensure_future(self.wait())
             try:
-                return await asyncio.wait_for(asyncio.shield(self.wait()), timeout_s)
-            except TimeoutError:
-                pass
+                done, _ = await asyncio.wait({waiter}, timeout=timeout_s)
+            except asyncio.CancelledError:
+                waiter.cancel()
+                raise
+            if done:
+                return waiter.result()
+            waiter.cancel()
         self.signal_group(signal.SIGKILL)  # also reaps stragglers the engine forked
         return await self.wait()
 

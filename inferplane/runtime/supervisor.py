@@ -197,6 +197,7 @@ class Supervisor:
         self.records: dict[str, Supervised] = {i.name: Supervised(i) for i in instances}
         self._on_change = on_change
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False  # set by stop(): nothing restarts after it
         self._session: aiohttp.ClientSession | None = None
         self._logs: dict[str, RotatingLog] = {}
         self._changed = asyncio.Event()
@@ -270,6 +271,7 @@ class Supervisor:
 
     async def stop(self) -> None:
         """Stop supervising and stop every engine (SIGTERM, then SIGKILL), in parallel."""
+        self._stopping = True  # no restart begins from here on, whatever a task was doing
         for task in self._tasks.values():
             task.cancel()
         for task in self._tasks.values():
@@ -407,6 +409,8 @@ class Supervisor:
                 f"{s.crash_loop_window_s:g} s; last: {reason}",
             )
             return True
+        if self._stopping:
+            return True  # shutting down: the engine stays stopped
         rec.restarts += 1
         self._set(rec, "restarting")
         delay = min(s.backoff_initial_s * 2 ** (len(rec.restart_times) - 1), s.backoff_max_s)
