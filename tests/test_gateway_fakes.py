@@ -153,8 +153,10 @@ class FakeEngine:
         self.requests.append(data)
         self.headers.append(dict(request.headers))
         messages = data.get("messages")
-        if self.poison_status and isinstance(messages, list) and not all(
-            isinstance(m, dict) for m in messages
+        if (
+            self.poison_status
+            and isinstance(messages, list)
+            and not all(isinstance(m, dict) for m in messages)
         ):
             status = self.poison_status
             body = orjson.dumps({"error": {"message": "poisoned", "code": status}})
@@ -252,6 +254,10 @@ class Harness:
 
     def gateway(self, config: GatewayConfig) -> tuple[GatewayApp, str]:
         app = build_app(config)
+        return app, self.serve(app)
+
+    def serve(self, app: GatewayApp) -> str:
+        """Serve a built gateway app with uvicorn on a free port; returns its base URL."""
 
         async def start() -> str:
             sock = _bound_socket()
@@ -263,7 +269,7 @@ class Harness:
             self._servers.append((server, task))
             return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
-        return app, self.run(start())
+        return self.run(start())
 
     def close(self) -> None:
         async def stop() -> None:

@@ -4,20 +4,17 @@ a scraper's own token."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_gateway_fakes import Harness, _bound_socket, http
+from test_gateway_fakes import Harness, http
 
 from inferplane.gateway import GatewayConfig, ModelRoute
 from inferplane.gateway.app import build_app
-from inferplane.gateway.server import uvicorn_config
 from inferplane.store import Store
 from inferplane.tenancy.keys import create_key, list_keys
 from inferplane.tenancy.service import Tenancy
@@ -45,17 +42,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     )
     app = build_app(config, tenancy)
 
-    async def start() -> str:
-        sock = _bound_socket()
-        server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0))
-        server.config.loop = "none"
-        task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.005)
-        h._servers.append((server, task))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    yield Env(h, store, tenancy, h.run(start()))
+    yield Env(h, store, tenancy, h.serve(app))
 
     async def stop() -> None:  # the gateway first (its shutdown flushes the ledger)
         for server, task in h._servers:

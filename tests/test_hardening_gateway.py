@@ -4,20 +4,17 @@ is ejected with its in-flight streams ended at once."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from test_gateway_failures import metric, wait_until
-from test_gateway_fakes import FakeEngine, Harness, _bound_socket, http, http_client
+from test_gateway_fakes import FakeEngine, Harness, http, http_client
 
 from inferplane.gateway import GatewayConfig, ModelRoute, Timeouts
 from inferplane.gateway.app import GatewayApp, build_app
-from inferplane.gateway.server import uvicorn_config
 from inferplane.store import Store
 from inferplane.tenancy.keys import create_key
 from inferplane.tenancy.ledger import usage_report
@@ -35,20 +32,6 @@ def harness() -> Iterator[Harness]:
     h.close()
 
 
-def serve(h: Harness, app: GatewayApp) -> str:
-    async def start() -> str:
-        sock = _bound_socket()
-        server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0))
-        server.config.loop = "none"
-        task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.005)
-        h._servers.append((server, task))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    return h.run(start())
-
-
 def gateway(
     h: Harness, engines: list[FakeEngine], tenancy: Tenancy | None = None, **route: object
 ) -> tuple[GatewayApp, str]:
@@ -58,7 +41,7 @@ def gateway(
         health_interval_s=0.05,
     )
     app = build_app(config, tenancy)
-    return app, serve(h, app)
+    return app, h.serve(app)
 
 
 # ---- 19.1: a flood of malformed requests from one client ------------------------------

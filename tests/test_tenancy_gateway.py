@@ -10,13 +10,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-import uvicorn
 from tenancy_fixtures import NO_POSTGRES, POSTGRES_URL, reset_postgres
-from test_gateway_fakes import FakeEngine, Harness, _bound_socket, http
+from test_gateway_fakes import FakeEngine, Harness, http
 
 from inferplane.gateway import GatewayConfig, ModelRoute, WeightedRoute, WeightedTarget
 from inferplane.gateway.app import build_app
-from inferplane.gateway.server import uvicorn_config
 from inferplane.store import Store
 from inferplane.tenancy.keys import create_key, revoke_key, rotate_key
 from inferplane.tenancy.ledger import usage_report
@@ -66,17 +64,7 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     tenancy = Tenancy(store, auth="auto", refresh_s=0.05, ledger_flush_s=0.05, admin_token=ADMIN)
     app = build_app(config, tenancy)
 
-    async def start() -> str:
-        sock = _bound_socket()
-        server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0))
-        server.config.loop = "none"
-        task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.005)
-        h._servers.append((server, task))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    gw = h.run(start())
+    gw = h.serve(app)
     yield Env(h, store, tenancy, gw, v1, v2)
     h.close()
 
