@@ -20,6 +20,12 @@ from inferplane.runtime.instances import free_port
 from inferplane.scaling.activator import ActivatingApp, with_zero_activation
 
 
+async def _get(asgi: Any, path: str) -> httpx.Response:
+    transport = httpx.ASGITransport(app=asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        return await client.get(path)
+
+
 async def test_a_request_to_a_service_with_no_pod_is_held_until_one_answers() -> None:
     port = free_port()
     config = GatewayConfig(models=(
@@ -36,6 +42,15 @@ async def test_a_request_to_a_service_with_no_pod_is_held_until_one_answers() ->
         activator = asgi.activator
         await activator.probe_once()  # nothing listens: not ready, requests are held
         assert not app.state.pools["night"].backends[0].ready
+        ready = await _get(asgi, "/ready")
+        assert ready.status_code == 200  # the gateway takes night's requests: it holds them
+        assert ready.json() == {"status": "ready", "models_waking_on_request": ["night"]}
+        app.state.pools["day"].backends[0].ready = False  # a floor model with no replica
+        ready = await _get(asgi, "/ready")
+        assert ready.status_code == 503
+        assert ready.json() == {"status": "not ready", "models_without_replicas": ["day"],
+                                "models_waking_on_request": ["night"]}
+        app.state.pools["day"].backends[0].ready = True
         activator.start()
         transport = httpx.ASGITransport(app=asgi)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw",

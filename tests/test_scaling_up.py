@@ -124,6 +124,12 @@ async def test_a_model_at_zero_answers_its_first_requests_after_a_held_wait(
     try:
         assert rt.awake_replicas("chat") == []
         async with httpx.AsyncClient(timeout=30) as client:
+            # at zero on purpose the gateway is ready: it wakes the model on request, so a
+            # readiness probe must not take it out of the Service
+            ready = await client.get(rt.gateway_url + "/ready")
+            assert ready.status_code == 200, ready.text
+            assert ready.json() == {"status": "ready", "models_waking_on_request": ["chat"]}
+            assert rt.awake_replicas("chat") == []  # asking /ready wakes nothing
             r = await client.post(rt.gateway_url + "/v1/chat/completions", json=_body(3))
             assert r.status_code == 200, r.text
             assert r.json()["choices"][0]["message"]["content"]
@@ -154,7 +160,10 @@ async def test_held_requests_are_bounded_by_queue_depth_and_wait(tmp_path: Path)
             late = await first
         assert second.status_code == 429 and second.headers["retry-after"]
         assert late.status_code == 503 and late.headers["retry-after"]
-        assert "within 1 s" in late.json()["error"]["message"]
+        # the wait was for the engine to start, not for a busy replica's slot
+        assert late.json()["error"]["message"] == (
+            "model `chat` did not wake within 1 s (no replica finished waking or starting); "
+            "retry later")
     finally:
         await rt.drain_and_stop()
 

@@ -297,12 +297,21 @@ class GatewayApp:
         return orjson.dumps({"object": "list", "data": data})
 
     async def _ready(self, send: Send) -> None:
-        missing = [name for name, pool in self.state.pools.items() if not pool.any_routable()]
+        # A model with no awake replica but an activator (scaled to zero or asleep, woken
+        # by the autoscaler on request) is served: its requests are held, then answered.
+        # A readiness probe or load balancer that took this gateway out for it would turn
+        # the wake into the 503 that scale-from-zero exists to avoid (docs/scaling.md).
+        missing: list[str] = []
+        waking: list[str] = []
+        for name, pool in self.state.pools.items():
+            if not pool.any_routable():
+                (waking if pool.activator is not None else missing).append(name)
+        body: dict[str, Any] = {"status": "not ready" if missing else "ready"}
         if missing:
-            body = orjson.dumps({"status": "not ready", "models_without_replicas": missing})
-            await self._respond(send, 503, body, b"")
-        else:
-            await self._respond(send, 200, b'{"status":"ready"}', b"")
+            body["models_without_replicas"] = missing
+        if waking:
+            body["models_waking_on_request"] = waking
+        await self._respond(send, 503 if missing else 200, orjson.dumps(body), b"")
 
     def _live_series(self) -> Iterator[tuple[str, str, int, int]]:
         for name, pool in self.state.pools.items():
@@ -516,7 +525,12 @@ class GatewayApp:
             status = 429
         except QueueTimeout:
             wait = route.admission.max_queue_wait_s
-            message = f"no replica of model `{route.name}` freed up within {wait:g} s"
+            if pool.activator is not None and not pool.any_routable():
+                # held for a wake or scale-from-zero, not for a busy replica's slot
+                message = (f"model `{route.name}` did not wake within {wait:g} s "
+                           "(no replica finished waking or starting); retry later")
+            else:
+                message = f"no replica of model `{route.name}` freed up within {wait:g} s"
             status = 503
         rec.status = status
         rec.finished = True
