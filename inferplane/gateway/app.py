@@ -30,6 +30,7 @@ from inferplane.gateway.pool import NoReplica, Pool
 from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
 from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.state import GatewayState
+from inferplane.gateway.tracing import RequestTrace, Tracing, tracing_for
 from inferplane.gateway.upstream import (
     Connection,
     UpstreamBodyError,
@@ -111,6 +112,8 @@ class _Record:
         "started",
         "status",
         "stripper",
+        "trace",
+        "trace_headers",
         "ttft",
         "usage_known",
     )
@@ -131,6 +134,8 @@ class _Record:
         self.started = False  # response headers sent to the client
         self.finished = False  # final body message being sent: a disconnect is normal now
         self.disconnected = False
+        self.trace: RequestTrace | None = None  # tracing on: this request's spans
+        self.trace_headers = b""  # tracing off: the client's traceparent/tracestate lines
 
 
 async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any], rec: _Record) -> None:
@@ -171,6 +176,8 @@ class GatewayApp:
             b"Bearer " + config.metrics_token.encode() if config.metrics_token else None
         )
         self._upstream = UpstreamClient()
+        # OpenTelemetry spans (gateway.tracing or OTEL_* variables); None: no span objects.
+        self.tracing: Tracing | None = tracing_for(config.tracing)
         self._models_body = self._render_models()
         self._started = False
         if tenancy is not None:
@@ -212,6 +219,8 @@ class GatewayApp:
             self._session = None
         self._upstream.close()
         self.connections.close()
+        if self.tracing is not None:
+            self.tracing.shutdown()
         self._started = False
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -236,7 +245,10 @@ class GatewayApp:
                 if method == "POST":
                     if not self._started:
                         await self.startup()  # embedded without lifespan events
-                    await self._proxy(scope, receive, send, path)
+                    if self.tracing is None:
+                        await self._proxy(scope, receive, send, path)
+                    else:
+                        await self.tracing.serve(self._proxy, scope, receive, send, path)
                 else:
                     await self._respond(send, 405, error_body(405, "use POST"), b"")
             elif method == "GET" and path == "/v1/models":
@@ -331,10 +343,14 @@ class GatewayApp:
 
     # ---- the proxy path ----------------------------------------------------------------
 
-    async def _proxy(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    async def _proxy(
+        self, scope: Scope, receive: Receive, send: Send, path: str,
+        trace: RequestTrace | None = None,
+    ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         rid: bytes | None = None
+        trace_headers = b""
         priority = INTERACTIVE
         auth: bytes | None = None
         length: bytes | None = None
@@ -348,6 +364,8 @@ class GatewayApp:
                 auth = value
             elif name == priority_header:
                 priority = BATCH if value.lower() == b"batch" else INTERACTIVE
+            elif (name == b"traceparent" or name == b"tracestate") and trace is None:
+                trace_headers += name + b": " + value + b"\r\n"  # passed on unchanged
         if rid is None:
             rid = (self._rid_prefix + str(next(self._rid_seq))).encode()
 
@@ -405,6 +423,10 @@ class GatewayApp:
             t0,
         )
         rec = _Record()
+        rec.trace_headers = trace_headers
+        if trace is not None:
+            rec.trace = trace
+            trace.admitted(loop.time(), route.name)
         if adm is not None:
             rec.headers = adm.headers
             if stream and path in _GENERATION_PATHS:
@@ -419,11 +441,15 @@ class GatewayApp:
         try:
             backend = pool.try_acquire(ctx)
             if backend is None:
+                if trace is not None:
+                    trace.queued(loop.time())
                 backend = await self._admit(pool, ctx, priority, send, rid, rec)
                 if backend is None:
                     return
             rec.backend = backend
             rec.queue_wait = loop.time() - t0
+            if trace is not None:
+                trace.routed(t0 + rec.queue_wait)
             await self._forward(pool, path, body, stream, rid, auth, rec, send)
         except asyncio.CancelledError:
             if not rec.disconnected:
@@ -446,6 +472,12 @@ class GatewayApp:
                 rec.completion_tokens = max(rec.events, 0)
             total = loop.time() - t0
             self._account(route, rec, total, rid)
+            if trace is not None:
+                trace.finish(
+                    t0 + total, rid.decode("latin-1"),
+                    rec.backend.label if rec.backend is not None else "-", rec.status,
+                    rec.ttft, stream, rec.retries, rec.prompt_tokens, rec.completion_tokens,
+                )  # fmt: skip
             if adm is not None:
                 self._tenancy_done(adm, est, rid, route.name, rec, rec.status, total, stream)
 
@@ -577,12 +609,16 @@ class GatewayApp:
                     failure: str | None = None
                     error_payload: tuple[int, bytes, bytes] | None = None
                     rec.sent = True
+                    trace_lines = (
+                        rec.trace_headers if rec.trace is None
+                        else rec.trace.upstream(t_sent, backend.label, backend.url)
+                    )
                     try:
                         conn = await upstream.post(
                             backend.url,
                             path,
                             body,
-                            b"X-Request-ID: " + rid + b"\r\n" + auth_line,
+                            b"X-Request-ID: " + rid + b"\r\n" + auth_line + trace_lines,
                             timeouts.connect_s,
                         )
                     except UpstreamError as exc:

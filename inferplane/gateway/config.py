@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from inferplane.errors import InferplaneError
+from inferplane.gateway.tracing import TracingConfig
 from inferplane.spec.gateway import (
     DEFAULT_CONNECT_S,
     DEFAULT_FIRST_BYTE_S,
@@ -255,6 +256,8 @@ class GatewayConfig:
     metrics_token: str | None = None
     # Client connections: timeouts, head size, how many (inferplane.gateway.connections).
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # OpenTelemetry spans (inferplane.gateway.tracing); None: the OTEL_* variables, else off.
+    tracing: TracingConfig | None = None
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}

@@ -14,6 +14,7 @@ from inferplane.gateway.config import (
     WeightedRoute,
     WeightedTarget,
 )
+from inferplane.gateway.tracing import TracingConfig
 from inferplane.planner.plan import Plan
 from inferplane.spec import FleetSpec, ModelSpec
 from inferplane.spec.gateway import GatewayTimeouts
@@ -97,4 +98,8 @@ def gateway_config_from_fleet(fleet: FleetSpec, plan: Plan | None = None) -> Gat
         priority_header=gw.priority_header,
         connections=ConnectionLimits(**gw.connections.model_dump()),
         metrics_token=os.environ.get(gw.metrics_token_env) if gw.metrics_token_env else None,
+        tracing=TracingConfig(
+            otlp_endpoint=gw.tracing.otlp_endpoint, service_name=gw.tracing.service_name,
+            sample_ratio=gw.tracing.sample_ratio,
+        ) if gw.tracing is not None else None,
     )

@@ -39,6 +39,19 @@ class GatewayConnections(SpecModel):
     fd_reserve: NonNegativeInt = 256  # descriptors never used for client connections
 
 
+class GatewayTracing(SpecModel):
+    """OpenTelemetry traces of the proxy path, exported over OTLP/HTTP (docs/monitoring.md).
+    Present: on; absent: off unless the standard OTEL_EXPORTER_OTLP_* variables are set."""
+
+    # The collector, e.g. http://localhost:4318 (/v1/traces is added when there is no
+    # path). None: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else
+    # the OTLP default http://localhost:4318/v1/traces.
+    otlp_endpoint: StrictStr | None = Field(default=None, pattern=r"^https?://[^/\s]+")
+    service_name: StrictStr = Field(default="inferplane-gateway", min_length=1)
+    # The share of new traces kept; a client's traceparent decides for its own requests.
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+
+
 class GatewaySpec(SpecModel):
     """Where the gateway listens and what it accepts."""
 
@@ -64,3 +77,4 @@ class GatewaySpec(SpecModel):
     # The gateway's container image for `inferplane render` (--gateway-image overrides it);
     # default: what this checkout's Dockerfile builds (docs/deploy.md).
     image: StrictStr | None = Field(default=None, min_length=1)
+    tracing: GatewayTracing | None = None  # OpenTelemetry spans (off by default)

@@ -1,0 +1,332 @@
+"""OpenTelemetry spans for the proxy path, and W3C trace context passed on to the engine.
+
+Off by default. With tracing off the gateway creates no span objects at all: it forwards
+the client's `traceparent`/`tracestate` unchanged (a proxy that does not take part in a
+trace passes it through, as W3C Trace Context allows), so an engine run with vLLM's
+`--otlp-traces-endpoint` still joins the client's trace.
+
+With tracing on (`gateway.tracing` in the fleet file, or the standard
+`OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` variables), every
+model request gets one SERVER span, child of the client's `traceparent` when it sent one,
+with a child per phase:
+
+    POST /v1/chat/completions           (SERVER; request id, model, replica, tokens, status)
+    ├── gateway.admission               body read, keys and limits, model resolution
+    ├── gateway.route                   picking a replica
+    ├── gateway.queue_wait              only when the request waited for a free replica
+    └── gateway.upstream                (CLIENT; its id is the engine's parent span)
+        ├── upstream.first_token        request sent -> first byte back (TTFT, P48)
+        └── upstream.stream             first byte -> last byte (streams only)
+
+Phase spans are created when the request ends, from the times the proxy recorded, so the
+hot path pays a clock read per phase, not a span object. OpenTelemetry is imported only
+here and only when tracing is on (`pip install 'inferplane[tracing]'`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from inferplane.errors import InferplaneError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Span, Tracer
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
+Handler = Callable[[Scope, Receive, Send, str, "RequestTrace"], Awaitable[None]]
+
+DEFAULT_SERVICE_NAME = "inferplane-gateway"
+OTLP_TRACES_PATH = "/v1/traces"
+_MISSING = (
+    "tracing needs OpenTelemetry, which is not installed: pip install 'inferplane[tracing]' "
+    "(opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http)"
+)
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    """Where spans go. `otlp_endpoint` None: the OTEL_* variables, else the OTLP/HTTP
+    default (http://localhost:4318/v1/traces). `exporter` replaces OTLP (tests pass an
+    in-memory exporter; spans are then exported synchronously)."""
+
+    otlp_endpoint: str | None = None
+    service_name: str = DEFAULT_SERVICE_NAME
+    sample_ratio: float = 1.0
+    exporter: SpanExporter | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.sample_ratio <= 1.0:
+            raise InferplaneError(
+                "sample ratio must be between 0 and 1", field="gateway.tracing.sample_ratio",
+                value=self.sample_ratio, fix="use e.g. 0.1 to keep one trace in ten, 1 for all",
+            )
+        if self.otlp_endpoint is not None:
+            check_endpoint(self.otlp_endpoint)
+
+
+def check_endpoint(url: str, field: str = "gateway.tracing.otlp_endpoint") -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InferplaneError(
+            "not an http(s) URL of an OTLP/HTTP collector", field=field, value=url,
+            fix="e.g. http://localhost:4318 (the path /v1/traces is added when missing)",
+        )
+    return url
+
+
+def traces_url(endpoint: str) -> str:
+    """The OTLP/HTTP traces URL: a bare collector address gets `/v1/traces`, as the
+    OTEL_EXPORTER_OTLP_ENDPOINT convention does; a URL with a path is used as given."""
+    parts = urlsplit(endpoint)
+    if parts.path in ("", "/"):
+        return endpoint.rstrip("/") + OTLP_TRACES_PATH
+    return endpoint
+
+
+def config_from_env(environ: MutableMapping[str, str] | None = None) -> TracingConfig | None:
+    """Tracing turned on by the standard variables alone (no `gateway.tracing`): an OTLP
+    endpoint is set and neither OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return None
+    if env.get("OTEL_TRACES_EXPORTER", "").lower() == "none":
+        return None
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if not endpoint:
+        return None
+    return TracingConfig(
+        service_name=env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME,
+        sample_ratio=_env_ratio(env),
+    )
+
+
+def _env_ratio(env: MutableMapping[str, str]) -> float:
+    raw = env.get("OTEL_TRACES_SAMPLER_ARG")
+    if not raw:
+        return 1.0
+    try:
+        return float(raw)
+    except ValueError:
+        raise InferplaneError(
+            "not a number", field="OTEL_TRACES_SAMPLER_ARG", value=raw,
+            fix="a sampling ratio between 0 and 1",
+        ) from None
+
+
+def tracing_for(config: TracingConfig | None) -> Tracing | None:
+    """The gateway's tracing: from its config, else from the OTEL_* variables, else off."""
+    if config is None:
+        config = config_from_env()
+    return Tracing(config) if config is not None else None
+
+
+class Tracing:
+    """The tracer provider of one gateway; `serve` wraps one request in its SERVER span."""
+
+    def __init__(self, config: TracingConfig) -> None:
+        try:
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+            from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+        except ImportError:
+            raise InferplaneError(_MISSING, field="gateway.tracing") from None
+        self.config = config
+        # ParentBased: a client's sampled traceparent is kept, an unsampled one dropped.
+        sampler = ParentBased(TraceIdRatioBased(config.sample_ratio))
+        resource = Resource.create({"service.name": config.service_name})
+        self.provider: TracerProvider = TracerProvider(sampler=sampler, resource=resource)
+        if config.exporter is not None:
+            self.provider.add_span_processor(SimpleSpanProcessor(config.exporter))
+        else:
+            try:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter,
+                )
+            except ImportError:
+                raise InferplaneError(_MISSING, field="gateway.tracing") from None
+            endpoint = traces_url(config.otlp_endpoint) if config.otlp_endpoint else None
+            self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint)))
+        self.tracer: Tracer = self.provider.get_tracer("inferplane.gateway")
+        self.propagator = TraceContextTextMapPropagator()
+
+    async def serve(
+        self, handler: Handler, scope: Scope, receive: Receive, send: Send, path: str
+    ) -> None:
+        """Run `handler` (the proxy) inside the request's SERVER span; the span takes the
+        response status from what is sent."""
+        trace = RequestTrace(self, scope, path)
+
+        async def traced_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                trace.status = message["status"]
+            await send(message)
+
+        try:
+            await handler(scope, receive, traced_send, path, trace)
+        except BaseException as exc:
+            trace.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise
+        finally:
+            trace.end()
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()  # flushes the batch processor
+
+
+def _ns(loop_time: float, offset_ns: int) -> int:
+    return offset_ns + int(loop_time * 1e9)
+
+
+class RequestTrace:
+    """One request's spans. The proxy calls `admitted`, `queued`, `routed`, `upstream` and
+    `finish` with its event-loop clock readings; spans are built from them at the end."""
+
+    __slots__ = (
+        "_offset",
+        "_root",
+        "_t0",
+        "_t_admitted",
+        "_t_queued",
+        "_t_routed",
+        "_t_sent",
+        "_tracing",
+        "_upstream",
+        "error",
+        "status",
+    )
+
+    def __init__(self, tracing: Tracing, scope: Scope, path: str) -> None:
+        from opentelemetry.trace import SpanKind
+
+        self._tracing = tracing
+        carrier: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            if name == b"traceparent" or name == b"tracestate":
+                carrier[name.decode()] = value.decode("latin-1")
+        parent = tracing.propagator.extract(carrier) if carrier else None
+        now_ns = time.time_ns()
+        self._t0 = asyncio.get_running_loop().time()
+        # The proxy reads the event loop's monotonic clock; map it onto wall-clock ns.
+        self._offset = now_ns - int(self._t0 * 1e9)
+        self._root: Span = tracing.tracer.start_span(
+            f"{scope['method']} {path}", context=parent, kind=SpanKind.SERVER,
+            start_time=now_ns,
+            attributes={"http.request.method": scope["method"], "url.path": path},
+        )
+        self._t_admitted: float | None = None
+        self._t_queued: float | None = None
+        self._t_routed: float | None = None
+        self._t_sent: float | None = None
+        self._upstream: Span | None = None
+        self.status = 0
+        self.error: str | None = None
+
+    def _child(self, name: str, start: float, end: float, parent: Span | None = None,
+               **attributes: Any) -> None:  # fmt: skip
+        from opentelemetry.trace import set_span_in_context
+
+        ctx = set_span_in_context(parent or self._root)
+        span = self._tracing.tracer.start_span(
+            name, context=ctx, start_time=_ns(start, self._offset), attributes=attributes
+        )
+        span.end(end_time=_ns(end, self._offset))
+
+    # ---- what the proxy reports --------------------------------------------------------
+
+    def admitted(self, t: float, model: str) -> None:
+        self._t_admitted = t
+        self._root.set_attribute("gen_ai.request.model", model)
+
+    def queued(self, t: float) -> None:
+        self._t_queued = t
+
+    def routed(self, t: float) -> None:
+        self._t_routed = t
+
+    def upstream(self, t_sent: float, replica: str, url: str) -> bytes:
+        """Start the CLIENT span of the call to the engine; the header lines that carry it
+        (`traceparent` with this span's id, and the client's `tracestate`)."""
+        from opentelemetry.trace import SpanKind, set_span_in_context
+
+        if self._upstream is None:
+            self._t_sent = t_sent
+            self._upstream = self._tracing.tracer.start_span(
+                "gateway.upstream", context=set_span_in_context(self._root),
+                kind=SpanKind.CLIENT, start_time=_ns(t_sent, self._offset),
+            )
+        self._upstream.set_attribute("inferplane.replica", replica)
+        self._upstream.set_attribute("server.address", url)
+        carrier: dict[str, str] = {}
+        self._tracing.propagator.inject(carrier, context=set_span_in_context(self._upstream))
+        return b"".join(
+            f"{name}: {value}\r\n".encode("latin-1") for name, value in carrier.items()
+        )
+
+    def finish(self, t_end: float, request_id: str, replica: str, status: int, ttft_s: float,
+               stream: bool, retries: int, prompt_tokens: int,
+               completion_tokens: int) -> None:  # fmt: skip
+        """The request is done: build the phase spans and end the upstream span."""
+        root = self._root
+        root.set_attribute("inferplane.request_id", request_id)
+        root.set_attribute("inferplane.replica", replica)
+        root.set_attribute("gen_ai.usage.input_tokens", prompt_tokens)
+        root.set_attribute("gen_ai.usage.output_tokens", completion_tokens)
+        admitted = self._t_admitted
+        if admitted is not None:
+            self._child("gateway.admission", min(self._t0, admitted), admitted)
+            routed = self._t_routed if self._t_routed is not None else t_end
+            first = self._t_queued if self._t_queued is not None else routed
+            self._child("gateway.route", admitted, first, replica=replica)
+            if self._t_queued is not None:
+                self._child("gateway.queue_wait", self._t_queued, routed)
+        up = self._upstream
+        if up is not None and self._t_sent is not None:
+            sent = self._t_sent
+            up.set_attribute("http.response.status_code", status)
+            up.set_attribute("inferplane.retries", retries)
+            if ttft_s > 0:
+                first_byte = sent + ttft_s
+                self._child("upstream.first_token", sent, first_byte, up, ttft_s=ttft_s)
+                if stream:
+                    self._child("upstream.stream", first_byte, max(first_byte, t_end), up)
+            if status >= 500:
+                from opentelemetry.trace import Status, StatusCode
+
+                up.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+            up.end(end_time=_ns(t_end, self._offset))
+            self._upstream = None
+
+    def end(self) -> None:
+        """End the SERVER span (also for requests refused before routing)."""
+        from opentelemetry.trace import Status, StatusCode
+
+        root = self._root
+        if self._t_admitted is None:  # refused before routing (bad body, key, model)
+            self._child("gateway.admission", self._t0, asyncio.get_running_loop().time())
+        if self._upstream is not None:  # cancelled before `finish`
+            self._upstream.end()
+            self._upstream = None
+        if self.status:
+            root.set_attribute("http.response.status_code", self.status)
+        if self.error is not None:
+            root.set_status(Status(StatusCode.ERROR, self.error))
+        elif self.status >= 500:
+            root.set_status(Status(StatusCode.ERROR, f"HTTP {self.status}"))
+        root.end()

@@ -1,0 +1,190 @@
+"""Tracing (issue 16, item 2): W3C trace context in and out, and the gateway's spans for a
+streamed request to a simulated engine, read back from an in-memory OTLP exporter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from test_gateway_fakes import FakeEngine, Harness, harness, http  # noqa: F401
+
+from inferplane.engines.sim.config import SimEngineConfig
+from inferplane.engines.sim.host import EngineHandle, start_engine
+from inferplane.errors import InferplaneError
+from inferplane.gateway import GatewayConfig, ModelRoute
+from inferplane.gateway.tracing import TracingConfig, config_from_env, traces_url, tracing_for
+from inferplane.spec import load_fleet
+
+CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CLIENT_SPAN = "b7ad6b7169203331"
+TRACEPARENT = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
+STREAM = {
+    "model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8,
+    "stream": True, "stream_options": {"include_usage": True},
+}  # fmt: skip
+
+
+@pytest.fixture()
+def sim(harness: Harness) -> Iterator[EngineHandle]:  # noqa: F811
+    handle = harness.run(start_engine(SimEngineConfig(model="m", max_model_len=1024)))
+    yield handle
+    harness.run(handle.stop())
+
+
+def _traced(harness: Harness, url: str) -> tuple[InMemorySpanExporter, str]:  # noqa: F811
+    exporter = InMemorySpanExporter()
+    config = GatewayConfig(
+        models=(ModelRoute("m", endpoints=(url,)),), access_log=False,
+        tracing=TracingConfig(exporter=exporter),
+    )
+    _, gateway = harness.gateway(config)
+    return exporter, gateway
+
+
+def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
+    return {s.name: s for s in spans}
+
+
+def test_streamed_request_spans_and_their_links(harness: Harness, sim: EngineHandle) -> None:  # noqa: F811
+    exporter, gateway = _traced(harness, sim.url)
+    with http.stream(
+        "POST", gateway + "/v1/chat/completions", json=STREAM,
+        headers={"traceparent": TRACEPARENT, "tracestate": "vendor=1", "X-Request-ID": "t-1"},
+    ) as r:
+        body = r.read()
+    assert r.status_code == 200 and body.endswith(b"data: [DONE]\n\n")
+    spans = _by_name(tuple(exporter.get_finished_spans()))
+    assert set(spans) == {
+        "POST /v1/chat/completions", "gateway.admission", "gateway.route",
+        "gateway.upstream", "upstream.first_token", "upstream.stream",
+    }  # no queue_wait: a replica was free
+    root = spans["POST /v1/chat/completions"]
+    # One trace, the client's; the root is the child of the client's span.
+    assert {format(s.context.trace_id, "032x") for s in spans.values()} == {CLIENT_TRACE}
+    assert root.kind == SpanKind.SERVER
+    assert root.parent is not None and format(root.parent.span_id, "016x") == CLIENT_SPAN
+    for name in ("gateway.admission", "gateway.route", "gateway.upstream"):
+        assert spans[name].parent is not None
+        assert spans[name].parent.span_id == root.context.span_id, name
+    upstream = spans["gateway.upstream"]
+    assert upstream.kind == SpanKind.CLIENT
+    for name in ("upstream.first_token", "upstream.stream"):
+        assert spans[name].parent is not None
+        assert spans[name].parent.span_id == upstream.context.span_id, name
+    # Phases in order, inside the root span.
+    adm, route = spans["gateway.admission"], spans["gateway.route"]
+    first, rest = spans["upstream.first_token"], spans["upstream.stream"]
+    assert root.start_time <= adm.start_time <= adm.end_time <= route.start_time
+    assert route.end_time <= upstream.start_time == first.start_time
+    assert first.end_time == rest.start_time <= rest.end_time <= upstream.end_time
+    assert upstream.end_time <= root.end_time
+    attrs = root.attributes
+    assert attrs["inferplane.request_id"] == "t-1" and attrs["gen_ai.request.model"] == "m"
+    assert attrs["http.response.status_code"] == 200
+    assert attrs["gen_ai.usage.output_tokens"] == 8 and attrs["gen_ai.usage.input_tokens"] > 0
+    assert root.resource.attributes["service.name"] == "inferplane-gateway"
+
+
+def test_forwarded_traceparent_names_the_upstream_span(harness: Harness) -> None:  # noqa: F811
+    engine: FakeEngine = harness.engine("m")
+    exporter, gateway = _traced(harness, engine.url)
+    r = http.post(
+        gateway + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        headers={"traceparent": TRACEPARENT, "tracestate": "vendor=1"},
+    )
+    assert r.status_code == 200
+    sent = engine.headers[-1]
+    version, trace_id, span_id, flags = sent["traceparent"].split("-")
+    assert (version, trace_id, flags) == ("00", CLIENT_TRACE, "01")
+    assert span_id != CLIENT_SPAN  # a new child span id: the gateway's upstream span
+    upstream = _by_name(tuple(exporter.get_finished_spans()))["gateway.upstream"]
+    assert span_id == format(upstream.context.span_id, "016x")
+    assert sent["tracestate"] == "vendor=1"
+
+
+def test_without_a_client_traceparent_the_gateway_starts_the_trace(harness: Harness) -> None:  # noqa: F811
+    engine: FakeEngine = harness.engine("m")
+    exporter, gateway = _traced(harness, engine.url)
+    http.post(gateway + "/v1/completions", json={"model": "m", "prompt": "x"})
+    spans = _by_name(tuple(exporter.get_finished_spans()))
+    root = spans["POST /v1/completions"]
+    assert root.parent is None
+    _, trace_id, _, _ = engine.headers[-1]["traceparent"].split("-")
+    assert trace_id == format(root.context.trace_id, "032x")
+
+
+def test_a_refused_request_still_gets_its_server_span(harness: Harness) -> None:  # noqa: F811
+    engine: FakeEngine = harness.engine("m")
+    exporter, gateway = _traced(harness, engine.url)
+    r = http.post(gateway + "/v1/completions", json={"model": "nope", "prompt": "x"})
+    assert r.status_code == 404
+    spans = _by_name(tuple(exporter.get_finished_spans()))
+    assert set(spans) == {"POST /v1/completions", "gateway.admission"}
+    assert spans["POST /v1/completions"].attributes["http.response.status_code"] == 404
+
+
+def test_tracing_off_passes_the_client_context_through_unchanged(harness: Harness) -> None:  # noqa: F811
+    engine: FakeEngine = harness.engine("m")
+    app, gateway = harness.gateway(
+        GatewayConfig(models=(ModelRoute("m", endpoints=(engine.url,)),), access_log=False)
+    )
+    assert app.tracing is None  # no tracer, no span objects on the hot path
+    http.post(
+        gateway + "/v1/completions", json={"model": "m", "prompt": "x"},
+        headers={"traceparent": TRACEPARENT, "tracestate": "a=b"},
+    )
+    assert engine.headers[-1]["traceparent"] == TRACEPARENT
+    assert engine.headers[-1]["tracestate"] == "a=b"
+    http.post(gateway + "/v1/completions", json={"model": "m", "prompt": "x"})
+    assert "traceparent" not in engine.headers[-1]
+
+
+def test_otel_environment_turns_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                 "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME",
+                 "OTEL_TRACES_SAMPLER_ARG"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    assert config_from_env() is None and tracing_for(None) is None
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SERVICE_NAME": "gw",
+           "OTEL_TRACES_SAMPLER_ARG": "0.25"}  # fmt: skip
+    config = config_from_env(env)
+    assert config is not None and (config.service_name, config.sample_ratio) == ("gw", 0.25)
+    assert config_from_env({**env, "OTEL_SDK_DISABLED": "true"}) is None
+    assert config_from_env({**env, "OTEL_TRACES_EXPORTER": "none"}) is None
+    with pytest.raises(InferplaneError, match="OTEL_TRACES_SAMPLER_ARG"):
+        config_from_env({**env, "OTEL_TRACES_SAMPLER_ARG": "half"})
+    assert traces_url("http://c:4318") == "http://c:4318/v1/traces"
+    assert traces_url("http://c:4318/custom/path") == "http://c:4318/custom/path"
+
+
+def test_fleet_file_tracing_settings(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from inferplane.gateway.fleet import gateway_config_from_fleet
+
+    base = Path(str(tmp_path))
+    ok = base / "ok.yaml"
+    ok.write_text(
+        'models:\n  - name: m\n    endpoints: ["http://127.0.0.1:9"]\n'
+        "gateway:\n  tracing:\n    otlp_endpoint: http://localhost:4318\n"
+        "    service_name: edge\n    sample_ratio: 0.5\n"
+    )
+    tracing = gateway_config_from_fleet(load_fleet(ok)).tracing
+    assert tracing == TracingConfig("http://localhost:4318", "edge", 0.5)
+    cases = (("otlp_endpoint: localhost:4318", "otlp_endpoint"),
+             ("sample_ratio: 2", "sample_ratio"), ("exporter: jaeger", "exporter"))
+    for bad, field in cases:
+        path = base / "bad.yaml"
+        path.write_text(
+            'models:\n  - name: m\n    endpoints: ["http://127.0.0.1:9"]\n'
+            f"gateway:\n  tracing:\n    {bad}\n"
+        )
+        with pytest.raises(InferplaneError) as info:
+            load_fleet(path)
+        assert field in info.value.render()
+    with pytest.raises(InferplaneError, match="sample_ratio"):
+        TracingConfig(sample_ratio=1.5)
