@@ -37,6 +37,7 @@ __all__ = [
     "default_nvml",
     "discover_gpus",
     "driver_versions",
+    "host_memory_bytes",
     "link_between",
     "resolve_visible_devices",
     "topology_matrix",
@@ -75,6 +76,9 @@ class DiscoveredGpu:
     pci_bus_id: str
     processes: list[GpuProcess] = field(default_factory=list)
     spec: GpuSpec | None = None
+    # RAM of the host this GPU is in (psutil, at discovery): the planner checks that
+    # replicas asleep at sleep level 1, which keep their weights there, fit.
+    host_memory_bytes: int | None = None
 
     @property
     def used_bytes(self) -> int:
@@ -116,6 +120,7 @@ def _session(nvml: NvmlApi | None) -> Iterator[NvmlApi]:
 
 def discover_gpus(nvml: NvmlApi | None = None) -> list[DiscoveredGpu]:
     """Every GPU NVML sees, in NVML index order. Raises `InferplaneError` without NVML."""
+    host_memory = host_memory_bytes()
     with _session(nvml) as api:
         gpus: list[DiscoveredGpu] = []
         for index in range(api.device_count()):
@@ -136,9 +141,20 @@ def discover_gpus(nvml: NvmlApi | None = None) -> list[DiscoveredGpu]:
                     pci_bus_id=api.pci_bus_id(handle),
                     processes=processes,
                     spec=find_gpu(name),
+                    host_memory_bytes=host_memory,
                 )
             )
         return gpus
+
+
+def host_memory_bytes() -> int | None:
+    """This host's total RAM in bytes (None when psutil cannot read it)."""
+    import psutil
+
+    try:
+        return int(psutil.virtual_memory().total)
+    except (OSError, RuntimeError):
+        return None
 
 
 def driver_versions(nvml: NvmlApi | None = None) -> tuple[str, str]:

@@ -104,6 +104,12 @@ def plan_fleet(
         swaps = swap_report(fleet, plan, discovered=discovered, profiles=profiles)
         if swaps:
             plan = plan.model_copy(update={"warnings": [*plan.warnings, *swaps]})
+    if any(b.sleep is not None and b.sleep.level == 1 for b in fleet.scaling.models.values()):
+        from inferplane.planner.host_memory import host_ram_warnings
+
+        ram = host_ram_warnings(fleet, plan, discovered=discovered, profiles=profiles)
+        if ram:
+            plan = plan.model_copy(update={"warnings": [*plan.warnings, *ram]})
     return plan
 
 

@@ -11,7 +11,7 @@ from pydantic_core import PydanticCustomError
 from inferplane.spec.base import SpecModel
 from inferplane.spec.gpu_names import canonical_gpu_type
 from inferplane.spec.problems import Issue, issues_error
-from inferplane.spec.types import Labels, PositiveInt
+from inferplane.spec.types import Labels, PositiveFloat, PositiveInt
 
 Interconnect = Literal["nvlink", "pcie", "auto"]
 GpuSharing = Literal["none", "mig", "hami"]
@@ -40,6 +40,10 @@ class NodeSpec(SpecModel):
     # replicas spanning nodes get NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME from it (P34).
     # Unset: NCCL and Gloo pick an interface themselves.
     network_interface: StrictStr | None = None
+    # The node's RAM in GiB (`free -g`'s total). Replicas asleep at sleep level 1 keep
+    # their weights there; `plan` warns when they would not fit. Unset: unchecked (with
+    # `gpus: discover`, the local host's RAM is read).
+    host_memory_gib: PositiveFloat | None = None
 
     @field_validator("name")
     @classmethod
