@@ -29,6 +29,7 @@ from inferplane.engines.sim.protocol import (
     usage,
     usage_chunk,
 )
+from inferplane.engines.sim.responses import ResponsesApi
 from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
 from inferplane.engines.sim.tokens import apply_stop, chat_prompt_ids, visible_text
 from inferplane.engines.sim.validation import validate_request
@@ -50,6 +51,7 @@ class EngineApp:
         self.engine = engine
         self.on_crash = on_crash
         self._hang = asyncio.Event()  # never set: a hung engine waits on it forever
+        self.responses = ResponsesApi(self)  # /v1/responses[/{id}[/cancel]] (responses.py)
         self.app = Starlette(
             routes=[
                 Route("/health", self.health, methods=["GET"]),
@@ -62,6 +64,7 @@ class EngineApp:
                 Route("/wake_up", self.wake_up, methods=["POST"]),
                 Route("/is_sleeping", self.is_sleeping, methods=["GET"]),
                 Route("/collective_rpc", self.collective_rpc, methods=["POST"]),
+                *self.responses.routes(),
             ],
             exception_handlers={ApiError: self._api_error},  # type: ignore[dict-item]
         )
