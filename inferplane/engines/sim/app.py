@@ -6,8 +6,9 @@ import asyncio
 import base64
 import math
 import struct
+import time
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -17,31 +18,19 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from inferplane.engines.sim.engine import SimEngine
+from inferplane.engines.sim.fields import Fields, chat_fields, chat_validators, completion_fields
+from inferplane.engines.sim.generate import Generation, Prompt
 from inferplane.engines.sim.metrics import CONTENT_TYPE
-from inferplane.engines.sim.protocol import (
-    ApiError,
-    SamplingRequest,
-    chat_chunk,
-    chat_response,
-    completion_chunk,
-    completion_response,
-    parse_sampling,
-    usage,
-    usage_chunk,
-)
+from inferplane.engines.sim.protocol import ApiError, SamplingRequest, parse_sampling, usage
 from inferplane.engines.sim.responses import ResponsesApi
 from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
-from inferplane.engines.sim.tokens import apply_stop, chat_prompt_ids, visible_text
+from inferplane.engines.sim.tokens import chat_prompt_ids
 from inferplane.engines.sim.validation import validate_request
 
 
 class _OrjsonResponse(JSONResponse):
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
-
-
-def _sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 class EngineApp:
@@ -122,6 +111,14 @@ class EngineApp:
             "parent": None,
             "max_model_len": engine.max_model_len,
             "permission": [],
+            # Not vLLM's: how usage counts were formed ("tokenizer": the model's
+            # tokenizer.json; "approximate": ceil(len/4) per word, see docs/simulator.md).
+            "inferplane": {
+                "simulated": True,
+                "token_counts": (
+                    "approximate" if engine.parts.tokenizer.approximate else "tokenizer"
+                ),
+            },
         }
         return _OrjsonResponse({"object": "list", "data": [card]})
 
@@ -189,48 +186,11 @@ class EngineApp:
         if model != self.engine.model_name:
             raise ApiError(404, f"The model `{model}` does not exist.", "model")
 
-    def _plan_request(
-        self, prompt_ids: list[int], sampling: SamplingRequest, prefix: str
-    ) -> tuple[SimRequest, str | None]:
-        max_len = self.engine.max_model_len
-        prompt = len(prompt_ids)
-        if prompt >= max_len:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {max_len} tokens. However, your "
-                f"request has {prompt} input tokens. Please reduce the length of the input.",
-                "messages",
-            )
-        max_tokens = sampling.max_tokens if sampling.max_tokens is not None else max_len - prompt
-        if prompt + max_tokens > max_len:
-            raise ApiError(
-                400,
-                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
-                f"model's maximum context length is {max_len} tokens and your request has "
-                f"{prompt} input tokens ({max_tokens} > {max_len} - {prompt}).",
-                "max_tokens",
-            )
-        natural = self.engine.parts.config.eos_after_tokens
-        count = max_tokens if sampling.ignore_eos else min(max_tokens, natural)
-        reason = "length" if count == max_tokens else "stop"
-        count, matched = apply_stop(count, sampling.stop)
-        if matched is not None:
-            reason = "stop"
-        return (
-            SimRequest(
-                request_id=self.engine.new_request_id(prefix),
-                prompt_token_ids=prompt_ids,
-                output_tokens=count,
-                finish_reason=reason,
-                arrival_s=0.0,
-                max_tokens_param=max_tokens,
-            ),
-            matched,
-        )
-
-    def _submit(self, request: SimRequest) -> asyncio.Queue[TokenEvent]:
+    def _submit(
+        self, request: SimRequest, queue: asyncio.Queue[TokenEvent] | None = None
+    ) -> asyncio.Queue[TokenEvent]:
         try:
-            return self.engine.submit(request)
+            return self.engine.submit(request, queue)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from exc
 
@@ -246,6 +206,7 @@ class EngineApp:
     async def chat(self, request: Request) -> Response:
         await self._gate()
         body = await self._body(request, "chat")
+        chat_validators(body)  # the request model's own checks run while it is parsed
         sampling = parse_sampling(body, chat=True)
         self._check_model(sampling.model)
         if self.engine.parts.profile.default_task == "embed":
@@ -253,9 +214,11 @@ class EngineApp:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "messages must be a non-empty list", "messages")
+        parts = self.engine.parts
+        fields = chat_fields(body, parts.config, parts.profile.vocab_size)
         await self._count_request()
-        prompt_ids = chat_prompt_ids(self.engine.parts.tokenizer, messages)
-        return await self._generate(prompt_ids, sampling, chat=True)
+        prompt = Prompt(chat_prompt_ids(self.engine.parts.tokenizer, messages))
+        return await self._generate(request, [prompt], sampling, fields, chat=True)
 
     async def completions(self, request: Request) -> Response:
         await self._gate()
@@ -264,86 +227,88 @@ class EngineApp:
         self._check_model(sampling.model)
         if self.engine.parts.profile.default_task == "embed":
             raise ApiError(400, "The model does not support Completions API")
-        prompt_ids = self._prompt_ids(body.get("prompt"))
+        fields = completion_fields(
+            body, self.engine.parts.config, self.engine.parts.profile.vocab_size
+        )
+        prompts = self._prompts(body.get("prompt"), echo=fields.echo)
         await self._count_request()
-        return await self._generate(prompt_ids, sampling, chat=False)
+        return await self._generate(request, prompts, sampling, fields, chat=False)
 
     async def _generate(
-        self, prompt_ids: list[int], sampling: SamplingRequest, *, chat: bool
+        self, request: Request, prompts: list[Prompt], sampling: SamplingRequest,
+        fields: Fields, *, chat: bool,
     ) -> Response:
-        """Run one request through the engine: an SSE stream, or one JSON body at the end."""
-        sim, stop = self._plan_request(prompt_ids, sampling, "chatcmpl" if chat else "cmpl")
-        queue = self._submit(sim)
+        """Run the call's choices through the engine: an SSE stream, or one JSON body."""
+        # vLLM's ids: the client's X-Request-Id when sent, else a random uuid.
+        rid = self.engine.new_request_id(
+            "chatcmpl" if chat else "cmpl", request.headers.get("x-request-id")
+        )
+        generation = Generation(self.engine, prompts, sampling, fields, chat=chat,
+                                request_id=rid)
+        generation.submit()
         if sampling.stream:
-            return StreamingResponse(
-                self._stream(sim, queue, stop, sampling, chat=chat),
-                media_type="text/event-stream",
-            )
-        await self._collect(sim, queue)
-        text = visible_text(sim.num_output, stop)
-        use = usage(sim.num_prompt_tokens, sim.num_output, sim.cached_tokens)
-        build = chat_response if chat else completion_response
-        return _OrjsonResponse(build(sim.request_id, sampling.model, text, sim.finish_reason, use))
+            return StreamingResponse(generation.stream(), media_type="text/event-stream")
+        return _OrjsonResponse(await generation.body())
 
     def _prompt_ids(self, prompt: Any) -> list[int]:
+        """One prompt's ids (embeddings inputs): a string or a list of token ids."""
+        return self._prompt(prompt, echo=False).ids
+
+    def _prompts(self, prompt: Any, *, echo: bool) -> list[Prompt]:
+        """A completions `prompt`: a string, token ids, or a list of either (one choice set
+        per prompt, as vLLM's batched completions)."""
+        if isinstance(prompt, list) and prompt and all(
+            isinstance(p, (str, list)) for p in prompt
+        ):
+            return [self._prompt(p, echo=echo) for p in prompt]
+        return [self._prompt(prompt, echo=echo)]
+
+    def _prompt(self, prompt: Any, *, echo: bool) -> Prompt:
         tokenizer = self.engine.parts.tokenizer
-        if isinstance(prompt, list) and len(prompt) == 1:
-            prompt = prompt[0]
         if isinstance(prompt, str):
-            return tokenizer.encode(prompt)
+            ids = tokenizer.encode(prompt)
+            return Prompt(ids, prompt, tuple(tokenizer.pieces(prompt)) if echo else None)
         if isinstance(prompt, list) and prompt and all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompt
         ):
-            return list(prompt)
+            ids = list(prompt)
+            if not echo:
+                return Prompt(ids)
+            pieces = [tokenizer.decode([t]) for t in ids]
+            if any(piece is None for piece in pieces):
+                raise ApiError(
+                    400,
+                    "echo of a token-id prompt needs the model's tokenizer to decode it; "
+                    "this engine counts tokens approximately (no tokenizer.json in the model "
+                    "directory). Send the prompt as text or start the simulator with "
+                    "--model-dir pointing at a directory with tokenizer.json",
+                    "echo",
+                )
+            text = tokenizer.decode(ids) or ""
+            return Prompt(ids, text, tuple(str(piece) for piece in pieces))
         raise ApiError(
-            400,
-            "prompt must be a string or a list of token ids (one prompt per request in the "
-            "simulator)",
-            "prompt",
+            400, "prompt must be a string, a list of token ids, or a list of those", "prompt"
         )
 
-    async def _stream(
-        self,
-        sim: SimRequest,
-        queue: asyncio.Queue[TokenEvent],
-        stop: str | None,
-        sampling: SamplingRequest,
-        *,
-        chat: bool,
-    ) -> AsyncIterator[bytes]:
-        model = sampling.model
-        created = self.engine.created
-        full = visible_text(sim.output_tokens, stop)
-        sent = 0
-        try:
-            if chat:
-                yield _sse(chat_chunk(sim.request_id, model, created,
-                                      {"role": "assistant", "content": ""}, None))
-            while True:
-                event = await queue.get()
-                end = len(full)
-                if not event.finished:
-                    end = min(end, len(visible_text(event.index + 1, None)))
-                piece, sent = full[sent:end], end
-                reason = sim.finish_reason if event.finished else None
-                if chat:
-                    delta = {"content": piece}
-                    yield _sse(chat_chunk(sim.request_id, model, created, delta, reason))
-                else:
-                    yield _sse(completion_chunk(sim.request_id, model, created, piece, reason))
-                if event.finished:
-                    break
-            if sampling.include_usage:
-                obj = "chat.completion.chunk" if chat else "text_completion"
-                use = usage(sim.num_prompt_tokens, sim.num_output, sim.cached_tokens)
-                yield _sse(usage_chunk(sim.request_id, model, created, obj, use))
-            yield b"data: [DONE]\n\n"
-        finally:
-            if sim.finished_s is None:
-                self.engine.abort(sim)
-            self.engine.release(sim)
-
     # -- embeddings ------------------------------------------------------------------
+
+    def _dimensions(self, dimensions: Any) -> int | None:
+        """vLLM's PoolingParams check: `dimensions` only for matryoshka models."""
+        if dimensions is None:
+            return None
+        parts = self.engine.parts
+        name = self.engine.model_name
+        if not parts.is_matryoshka:
+            raise ApiError(400, f'Model "{name}" does not support matryoshka representation, '
+                                "changing output dimensions will lead to poor results.")
+        allowed = parts.matryoshka_dimensions
+        if allowed is not None and dimensions not in allowed:
+            raise ApiError(400, f'Model "{name}" only supports {list(allowed)} matryoshka '
+                                "dimensions, use other output dimensions will lead to poor "
+                                "results.")
+        if allowed is None and dimensions < 1:
+            raise ApiError(400, "Dimensions must be greater than 0")
+        return int(dimensions)
 
     async def embeddings(self, request: Request) -> Response:
         await self._gate()
@@ -360,6 +325,7 @@ class EngineApp:
         fmt = body.get("encoding_format") or "float"
         if fmt not in ("float", "base64"):
             raise ApiError(400, "encoding_format must be 'float' or 'base64'", "encoding_format")
+        dim = self._dimensions(body.get("dimensions"))
         await self._count_request()
         prompts = [self._prompt_ids(item) for item in inputs]
         for ids in prompts:
@@ -370,34 +336,36 @@ class EngineApp:
                     f"tokens. However, your request has {len(ids)} input tokens.",
                     "input",
                 )
-        sims = [
-            SimRequest(self.engine.new_request_id("embd"), ids, 1, "stop", 0.0)
-            for ids in prompts
-        ]
+        rid = self.engine.new_request_id("embd", request.headers.get("x-request-id"))
+        sims = [SimRequest(f"{rid}-{i}", ids, 1, "stop", 0.0) for i, ids in enumerate(prompts)]
         queues = [self._submit(sim) for sim in sims]
         await asyncio.gather(*(self._collect(s, q) for s, q in zip(sims, queues, strict=True)))
-        dim = self.engine.parts.profile.hidden_size
         data = []
         for index, ids in enumerate(prompts):
-            vector = _embedding(ids, dim)
+            vector = _embedding(ids, self.engine.parts.profile.hidden_size, dim)
+            dim = len(vector)
             value: Any = vector
             if fmt == "base64":
                 value = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()
             data.append({"index": index, "object": "embedding", "embedding": value})
         prompt_tokens = sum(len(ids) for ids in prompts)
         return _OrjsonResponse({
-            "id": sims[0].request_id,
+            "id": rid,
             "object": "list",
-            "created": self.engine.created,
+            "created": int(time.time()),
             "model": model,
             "data": data,
             "usage": usage(prompt_tokens, 0, 0),
         })
 
 
-def _embedding(token_ids: list[int], dim: int) -> list[float]:
-    """A deterministic unit vector derived from the tokens (equal inputs, equal vectors)."""
+def _embedding(token_ids: list[int], hidden: int, dimensions: int | None) -> list[float]:
+    """A deterministic unit vector derived from the tokens (equal inputs, equal vectors).
+
+    With `dimensions` (matryoshka models) the first that many values, normalised again, as
+    vLLM's pooler truncates and then normalises."""
     seed = zlib.crc32(struct.pack(f"<{len(token_ids)}q", *token_ids))
-    values = [math.sin(seed * 0.001 + i * 0.37) for i in range(dim)]
+    size = hidden if dimensions is None else min(dimensions, hidden)
+    values = [math.sin(seed * 0.001 + i * 0.37) for i in range(size)]
     norm = math.sqrt(sum(v * v for v in values)) or 1.0
     return [v / norm for v in values]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,10 @@ class EngineParts:
     memory: MemoryEstimate
     timing: StepTimeModel
     tokenizer: Tokenizer
+    # vLLM's ModelConfig.is_matryoshka / matryoshka_dimensions (config.json): whether
+    # embeddings requests may set `dimensions`, and which values.
+    is_matryoshka: bool = False
+    matryoshka_dimensions: tuple[int, ...] | None = None
 
 
 def resolve_profile(config: SimEngineConfig) -> ModelProfile:
@@ -105,4 +110,24 @@ def build_parts(config: SimEngineConfig, profile: ModelProfile | None = None) ->
         slowdown=config.faults.slowdown,
     )
     tokenizer = load_tokenizer(config.model_dir, profile.vocab_size)
-    return EngineParts(config, profile, gpu, memory, timing, tokenizer)
+    is_matryoshka, dimensions = _matryoshka(config)
+    return EngineParts(config, profile, gpu, memory, timing, tokenizer, is_matryoshka,
+                       dimensions)
+
+
+def _matryoshka(config: SimEngineConfig) -> tuple[bool, tuple[int, ...] | None]:
+    """config.json's `matryoshka_dimensions` / `is_matryoshka`, read as vLLM reads them."""
+    path = config.model_dir or config.model_config
+    if path is not None and path.is_dir():
+        path = path / "config.json"
+    if path is None or not path.is_file():
+        return False, None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False, None  # the profile loader already reported a broken config.json
+    if not isinstance(raw, dict):
+        return False, None
+    dims = raw.get("matryoshka_dimensions")
+    allowed = tuple(int(d) for d in dims) if isinstance(dims, list) and dims else None
+    return bool(allowed) or bool(raw.get("is_matryoshka", False)), allowed

@@ -61,5 +61,10 @@ class SimEngineConfig:
     # Streaming granularity: steps are computed on a simulated clock and delivered in
     # batches at most this far apart, so many engines fit on few cores.
     tick_s: float = 0.005
+    # vLLM's --max-logprobs (default 20): the most `top_logprobs`/`logprobs` a request may ask.
+    max_logprobs: int = 20
+    # vLLM's --enable-auto-tool-choice (with a --tool-call-parser): without it a request
+    # with tools and tool_choice "auto" gets vLLM's 400; with it the sim answers text.
+    enable_auto_tool_choice: bool = False
     faults: FaultConfig = field(default_factory=FaultConfig)
     calibration: Calibration = DEFAULT_CALIBRATION

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import random
 import time
+import uuid
 
 from inferplane.engines.sim.build import EngineParts
 from inferplane.engines.sim.core import EngineCore, KvCapacity
@@ -49,7 +50,6 @@ class SimEngine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._sim_now = 0.0
-        self._next_id = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -68,17 +68,23 @@ class SimEngine:
         elapsed = time.monotonic() - self.started_monotonic
         return elapsed >= self.parts.config.faults.load_time_s
 
-    def new_request_id(self, prefix: str) -> str:
-        self._next_id += 1
-        return f"{prefix}-{self._next_id:016x}"
+    def new_request_id(self, prefix: str, base: str | None = None) -> str:
+        """`prefix-<base>`, as vLLM forms ids: `base` is the client's X-Request-Id when it sent
+        one, else a random uuid4 hex, so ids never repeat across replicas or restarts."""
+        return f"{prefix}-{base or uuid.uuid4().hex}"
 
     # -- requests --------------------------------------------------------------------
 
-    def submit(self, request: SimRequest) -> asyncio.Queue[TokenEvent]:
-        """Queue a request (raises ValueError if it can never fit); tokens arrive on the queue."""
+    def submit(
+        self, request: SimRequest, queue: asyncio.Queue[TokenEvent] | None = None
+    ) -> asyncio.Queue[TokenEvent]:
+        """Queue a request (raises ValueError if it can never fit); tokens arrive on the queue.
+
+        Several requests may share one `queue` (the choices of one API call): each event
+        names its request."""
         request.arrival_s = asyncio.get_running_loop().time()
         self.core.add(request)
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        queue = queue if queue is not None else asyncio.Queue()
         self._streams[request] = queue
         self._wake.set()
         return queue

@@ -132,8 +132,12 @@ class EngineMetrics:
         self._last_queries = scheduler.prefix.queries
         self._last_hits = scheduler.prefix.hits
         self._last_preemptions = scheduler.num_preemptions
-        prompt = sum(count for request, count in step.work if request.num_output == 0)
-        self.prompt_tokens.inc(prompt)
+        # As vLLM's IterationStats: a request's whole prompt counts when its prefill ends,
+        # i.e. with its first output token (a one-step prefill included; preemption never
+        # counts it twice).
+        self.prompt_tokens.inc(
+            sum(event.request.num_prompt_tokens for event in events if event.index == 0)
+        )
         self.generation_tokens.inc(len(events))
         if step.work:
             self.iteration_tokens.observe(sum(count for _, count in step.work))

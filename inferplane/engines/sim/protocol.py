@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +59,6 @@ def parse_sampling(body: dict[str, Any], *, chat: bool) -> SamplingRequest:
     model = body.get("model")
     if not isinstance(model, str):
         raise ApiError(400, "model must be a string", "model")
-    n = body.get("n", 1)
-    if n != 1:
-        raise ApiError(400, "the simulator supports only n=1", "n")
     max_tokens = _int_field(body, "max_completion_tokens") if chat else None
     if max_tokens is None:
         max_tokens = _int_field(body, "max_tokens")
@@ -96,63 +92,73 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
     }
 
 
+def chat_choice(
+    index: int, message: dict[str, Any], logprobs: dict[str, Any] | None, finish_reason: str
+) -> dict[str, Any]:
+    return {"index": index, "message": message, "logprobs": logprobs,
+            "finish_reason": finish_reason, "stop_reason": None}
+
+
 def chat_response(
-    request_id: str, model: str, text: str, finish_reason: str, use: dict[str, Any]
+    request_id: str, model: str, created: int, choices: list[dict[str, Any]],
+    use: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "id": request_id,
         "object": "chat.completion",
-        "created": int(time.time()),
+        "created": created,
         "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": text, "tool_calls": []},
-            "logprobs": None,
-            "finish_reason": finish_reason,
-            "stop_reason": None,
-        }],
+        "choices": choices,
         "usage": use,
         "prompt_logprobs": None,
     }
 
 
 def chat_chunk(
-    request_id: str, model: str, created: int, delta: dict[str, Any], finish_reason: str | None
+    request_id: str, model: str, created: int, index: int, delta: dict[str, Any],
+    finish_reason: str | None, logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "id": request_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None,
+        "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
                      "finish_reason": finish_reason}],
     }
 
 
-def completion_response(
-    request_id: str, model: str, text: str, finish_reason: str, use: dict[str, Any]
+def completion_choice(
+    index: int, text: str, logprobs: dict[str, Any] | None, finish_reason: str
 ) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None,
-                     "finish_reason": finish_reason, "stop_reason": None,
-                     "prompt_logprobs": None}],
-        "usage": use,
-    }
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
+            "stop_reason": None, "prompt_logprobs": None}
 
 
-def completion_chunk(
-    request_id: str, model: str, created: int, text: str, finish_reason: str | None
+def completion_response(
+    request_id: str, model: str, created: int, choices: list[dict[str, Any]],
+    use: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "id": request_id,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None,
+        "choices": choices,
+        "usage": use,
+    }
+
+
+def completion_chunk(
+    request_id: str, model: str, created: int, index: int, text: str,
+    finish_reason: str | None, logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": index, "text": text, "logprobs": logprobs,
                      "finish_reason": finish_reason, "stop_reason": None}],
     }
 

@@ -1,21 +1,30 @@
 """Token counting for prompts, and the filler text the simulator "generates".
 
 With a model directory that has `tokenizer.json`, prompts are counted by the real tokenizer
-(`tokenizers`). Without one the count is an approximation: text is split into words and
-punctuation marks, and each piece costs ceil(len/4) tokens (English BPE vocabularies average
-about four characters per token). Token ids are stable hashes of the pieces, so equal
-prompts give equal ids and prefix caching behaves as it would with a real tokenizer.
+(`tokenizers`, loaded once per engine). Without one the count is an approximation: text is
+split into words and punctuation marks, and each piece costs ceil(len/4) tokens (English BPE
+vocabularies average about four characters per token); `/v1/models` then says
+`"inferplane": {"token_counts": "approximate"}`. Token ids are stable hashes of the pieces,
+so equal prompts give equal ids and prefix caching behaves as it would with a real tokenizer.
+
+Chat prompts are rendered roughly as the model's template would (`chat_prompt_ids`): the
+family is recognised from `tokenizer_config.json`'s `chat_template` (ChatML `<|im_start|>`,
+Llama 3 `<|start_header_id|>`), else a generic `<|role|>` header per message; the rendered
+text is then counted by the tokenizer, so the model's special tokens count as one token each.
 
 Generated text is filler, clearly so: the words of `FILLER_WORDS` in turn, one per token.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
+
+from inferplane.errors import InferplaneError
 
 FILLER_WORDS: tuple[str, ...] = (
     " sim", " filler", " token", " lorem", " ipsum", " dolor", " sit", " amet",
@@ -25,14 +34,46 @@ _CHARS_PER_TOKEN = 4
 
 
 class Tokenizer(Protocol):
+    approximate: bool  # True when counts come from text length, not the model's tokenizer
+    chat_family: str  # "chatml", "llama3" or "generic": how chat prompts are rendered
+
     def encode(self, text: str) -> list[int]: ...
+
+    def pieces(self, text: str) -> list[str]:
+        """The text of each token of `text` (one per id of `encode`)."""
+        ...
+
+    def decode(self, ids: list[int]) -> str | None:
+        """The text of token ids, or None when it cannot be known (no tokenizer.json)."""
+        ...
 
 
 class ApproxTokenizer:
     """Deterministic approximation: ceil(len/4) tokens per word or punctuation mark."""
 
+    approximate = True
+    chat_family = "generic"
+
     def __init__(self, vocab_size: int = 32000) -> None:
         self.vocab_size = max(vocab_size, 2)
+
+    def pieces(self, text: str) -> list[str]:
+        """Chunks of `encode`, each carrying the whitespace before it (they join to `text`)."""
+        out: list[str] = []
+        end = 0
+        for match in _PIECE.finditer(text):
+            piece = match.group()
+            chunks = [piece[i : i + _CHARS_PER_TOKEN]
+                      for i in range(0, len(piece), _CHARS_PER_TOKEN)]
+            chunks[0] = text[end : match.start()] + chunks[0]
+            out.extend(chunks)
+            end = match.end()
+        if out and end < len(text):
+            out[-1] += text[end:]
+        return out
+
+    def decode(self, ids: list[int]) -> str | None:
+        return None  # ids are hashes: the text cannot be recovered
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
@@ -44,21 +85,59 @@ class ApproxTokenizer:
 
 
 class HfTokenizer:
-    """A model's own `tokenizer.json`, without special tokens."""
+    """A model's own `tokenizer.json`, without special tokens added (the template has them)."""
 
-    def __init__(self, path: Path) -> None:
+    approximate = False
+
+    def __init__(self, path: Path, chat_family: str = "generic") -> None:
         from tokenizers import Tokenizer as _Tokenizer
 
-        self._tok = _Tokenizer.from_file(str(path))
+        try:
+            self._tok = _Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+            raise InferplaneError(
+                f"cannot load the tokenizer: {exc}", field="tokenizer.json", value=str(path),
+                fix="restore the file from the checkpoint or remove it (counts become "
+                    "approximate)",
+            ) from None
+        self.chat_family = chat_family
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def pieces(self, text: str) -> list[str]:
+        encoding = self._tok.encode(text, add_special_tokens=False)
+        return [text[start:end] for start, end in encoding.offsets]
+
+    def decode(self, ids: list[int]) -> str | None:
+        return str(self._tok.decode(ids, skip_special_tokens=False))
+
+
+def chat_family_of(model_dir: Path) -> str:
+    """Which template family tokenizer_config.json's chat_template belongs to."""
+    config_path = model_dir / "tokenizer_config.json"
+    if not config_path.is_file():
+        return "generic"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "generic"
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+        template = " ".join(str(t.get("template", "")) for t in template if isinstance(t, dict))
+    if not isinstance(template, str):
+        return "generic"
+    if "<|im_start|>" in template:
+        return "chatml"
+    if "<|start_header_id|>" in template:
+        return "llama3"
+    return "generic"
 
 
 def load_tokenizer(model_dir: Path | None, vocab_size: int) -> Tokenizer:
     """The directory's tokenizer.json when present, else the documented approximation."""
     if model_dir is not None and (model_dir / "tokenizer.json").is_file():
-        return HfTokenizer(model_dir / "tokenizer.json")
+        return HfTokenizer(model_dir / "tokenizer.json", chat_family_of(model_dir))
     return ApproxTokenizer(vocab_size)
 
 
@@ -72,13 +151,29 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def render_chat(family: str, messages: Sequence[dict[str, Any]]) -> str:
+    """The prompt text of `messages` in the template family, with the generation prompt."""
+    parts: list[str] = []
+    for message in messages:
+        role = str(message.get("role", "user"))
+        content = _content_text(message.get("content"))
+        if family == "chatml":
+            parts.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
+        elif family == "llama3":
+            parts.append(f"<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>")
+        else:
+            parts.append(f"<|{role}|>\n{content}\n")
+    if family == "chatml":
+        return "".join(parts) + "<|im_start|>assistant\n"
+    if family == "llama3":
+        return "<|begin_of_text|>" + "".join(parts) + (
+            "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    return "".join(parts) + "<|assistant|>\n"
+
+
 def chat_prompt_ids(tokenizer: Tokenizer, messages: Sequence[dict[str, Any]]) -> list[int]:
-    """Token ids of a chat rendered with a generic template (role header + content)."""
-    rendered = "".join(
-        f"<|{message.get('role', 'user')}|>\n{_content_text(message.get('content'))}\n"
-        for message in messages
-    )
-    return tokenizer.encode(rendered + "<|assistant|>\n")
+    """Token ids of a chat rendered roughly as its template family would (`render_chat`)."""
+    return tokenizer.encode(render_chat(tokenizer.chat_family, messages))
 
 
 def filler_piece(index: int) -> str:

@@ -112,3 +112,33 @@ def _message(exc: ValidationError) -> str:
     ]
     head = f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}:\n"
     return head + "".join(f"  {e}\n" for e in errors) + f" {errors}"
+
+
+def validator_error(
+    body: dict[str, Any], message: str, *, parameter: str | None = None, value: Any = None
+) -> ApiError:
+    """vLLM's 400 for a request model's `model_validator` (a `VLLMValidationError` raised
+    while pydantic parses the body): the validation-error format, with `param` set."""
+    extras = [f"{k}={v}" for k, v in (("parameter", parameter), ("value", value))
+              if v is not None]
+    text = f"{message} ({', '.join(extras)})" if extras else message
+    error = {
+        "type": "value_error",
+        "loc": ("body",),
+        "msg": f"Value error, {text}",
+        "input": body,
+        "ctx": {"error": _ExceptionRepr(f"VLLMValidationError({message!r})")},
+    }
+    head = "1 validation error:\n"
+    return ApiError(400, head + f"  {error}\n" + f" {[error]}", parameter,
+                    error_type="Bad Request")
+
+
+class _ExceptionRepr:
+    """Prints as the exception object FastAPI keeps in an error's ctx."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
