@@ -1,11 +1,15 @@
 """Simulator fidelity: published vLLM measurements vs the simulator, with % error.
 
-    .venv/bin/python benchmarks/sim_fidelity.py [--fit]
+    .venv/bin/python benchmarks/sim_fidelity.py [--fit] [--only throughput|concurrency]
 
-Reads tests/data/vllm_perf/measurements.json, replays each workload on the simulated clock
-(same lengths, same arrival pattern) and prints measured vs simulated. `--fit` grid-searches
-the calibration constants on the `calibrate` split first and reports held-out error with
-them; without it the shipped DEFAULT_CALIBRATION is used.
+Two sets, each replayed on the simulated clock with the published lengths and arrivals:
+  * throughput: tests/data/vllm_perf/measurements.json (output tok/s of single runs);
+    `--fit` grid-searches the shared calibration on its `calibrate` split first.
+  * concurrency: benchmarks/data/vllm_concurrency.json, TTFT and TPOT as the number of
+    concurrent requests grows (H100 and A100, Llama-3 8B TP1 and 70B TP4); with `--fit`
+    each series (GPU x model) gets its own calibration fitted on its `train` points
+    (coordinate descent) and the `holdout` points measure the error.
+Without `--fit` the shipped DEFAULT_CALIBRATION is used throughout.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,7 @@ from inferplane.engines.sim.build import build_parts
 from inferplane.engines.sim.config import SimEngineConfig
 from inferplane.engines.sim.core import EngineCore, KvCapacity
 from inferplane.engines.sim.offline import WorkItem, run_workload, synthetic_prompt
+from inferplane.engines.sim.scheduler import SimRequest
 from inferplane.engines.sim.timing import DEFAULT_CALIBRATION, Calibration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,13 +89,146 @@ def fit(entries: list[dict[str, Any]]) -> Calibration:
     return best[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--fit", action="store_true", help="refit calibration first")
-    args = parser.parse_args()
+# -- TTFT and TPOT across concurrency (benchmarks/data/vllm_concurrency.json) --------------
+
+SWEEPS = ROOT / "benchmarks" / "data" / "vllm_concurrency.json"
+# Coordinate-descent grid per calibration constant.
+_GRID: dict[str, tuple[float, ...]] = {
+    "bandwidth_efficiency": (0.45, 0.55, 0.65, 0.75, 0.85, 0.95),
+    "compute_efficiency": (0.25, 0.35, 0.45, 0.55, 0.65, 0.75),
+    "step_overhead_s": (0.0005, 0.001, 0.002, 0.003, 0.004, 0.006),
+    "per_seq_overhead_s": (0.0, 1e-5, 2e-5, 4e-5, 6e-5, 9e-5),
+}
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    series: str
+    num_prompts: int
+    split: str
+    ttft_ms: float  # measured mean TTFT
+    tpot_ms: float  # measured median TPOT
+
+
+def replay_burst(doc: dict[str, Any], series: dict[str, Any], num_prompts: int,
+                 calibration: Calibration, max_num_seqs: int | None = None) -> tuple[float, float]:
+    """(mean TTFT ms, median TPOT ms) of `num_prompts` requests sent at once, counted the
+    way the sweeps' benchmark_serving.py counted them: a request whose output decoded to no
+    text has TTFT 0 (it still costs the engine one token); TPOT over requests with > 1."""
+    engine = doc["engine"]
+    input_lens = doc["input_lens"]
+    config = SimEngineConfig(
+        model=series["id"], model_config=MODELS / series["model"], gpu=series["gpu"],
+        tensor_parallel_size=series["tp"], max_model_len=series["max_model_len"],
+        max_num_seqs=max_num_seqs or engine["max_num_seqs"],
+        max_num_batched_tokens=engine["max_num_batched_tokens"],
+        gpu_memory_utilization=engine["gpu_memory_utilization"], calibration=calibration,
+    )
+    parts = build_parts(config)
+    m = parts.memory
+    core = EngineCore(
+        KvCapacity(m.num_gpu_blocks, m.block_size, m.max_num_seqs, m.max_num_batched_tokens),
+        parts.timing,
+    )
+    requests = []
+    for i in range(num_prompts):
+        out = series["output_lens"][i]
+        request = SimRequest(
+            request_id=f"r{i}", prompt_token_ids=synthetic_prompt(max(1, input_lens[i]), i),
+            output_tokens=max(1, out), finish_reason="length", arrival_s=0.0,
+        )
+        core.add(request)
+        requests.append((request, out))
+    now = 0.0
+    while core.has_work:
+        duration, _ = core.step(now)
+        now += duration
+    ttfts = [(r.first_token_s or 0.0) if out > 0 else 0.0 for r, out in requests]
+    tpots = [((r.finished_s or 0.0) - (r.first_token_s or 0.0)) / (out - 1)
+             for r, out in requests if out > 1]
+    return statistics.fmean(ttfts) * 1000, statistics.median(tpots) * 1000
+
+
+def sweep_points(doc: dict[str, Any], series: dict[str, Any]) -> list[SweepPoint]:
+    return [
+        SweepPoint(series["id"], p["num_prompts"], p["split"],
+                   p["measured"]["mean_ttft_ms"], p["measured"]["median_tpot_ms"])
+        for p in series["points"]
+    ]
+
+
+def sweep_errors(doc: dict[str, Any], series: dict[str, Any], points: list[SweepPoint],
+                 calibration: Calibration, max_num_seqs: int | None = None,
+                 ) -> list[tuple[SweepPoint, float, float]]:
+    """Per point: (point, simulated TTFT ms, simulated TPOT ms)."""
+    out = []
+    for point in points:
+        ttft, tpot = replay_burst(doc, series, point.num_prompts, calibration, max_num_seqs)
+        out.append((point, ttft, tpot))
+    return out
+
+
+def _log_loss(rows: list[tuple[SweepPoint, float, float]]) -> float:
+    # Relative errors on a log scale: TTFT spans 60 ms to 11 s and must not drown TPOT.
+    return statistics.fmean(
+        abs(math.log(sim / meas))
+        for point, ttft, tpot in rows
+        for sim, meas in ((ttft, point.ttft_ms), (tpot, point.tpot_ms))
+    )
+
+
+def fit_series(doc: dict[str, Any], series: dict[str, Any], start: Calibration,
+               max_num_seqs: int | None = None) -> Calibration:
+    """Coordinate descent over `_GRID` on the series' `train` points."""
+    train = [p for p in sweep_points(doc, series) if p.split == "train"]
+    best = start
+    best_loss = _log_loss(sweep_errors(doc, series, train, best, max_num_seqs))
+    for _ in range(3):
+        improved = False
+        for name, values in _GRID.items():
+            for value in values:
+                candidate = replace(best, **{name: value})
+                loss = _log_loss(sweep_errors(doc, series, train, candidate, max_num_seqs))
+                if loss < best_loss - 1e-9:
+                    best, best_loss, improved = candidate, loss, True
+        if not improved:
+            break
+    return best
+
+
+def concurrency_report(fit_each: bool, max_num_seqs: int | None = None) -> list[float]:
+    """Print measured vs simulated per point; return the held-out |errors| in %."""
+    doc = json.loads(SWEEPS.read_text())
+    held: list[float] = []
+    print("\nTTFT / TPOT vs concurrency (all requests at once; num_prompts = concurrency)")
+    print(f"{'series':24} {'N':>4} {'split':7} {'TTFT ms':>8} {'sim':>8} {'err%':>6}"
+          f" {'TPOT ms':>8} {'sim':>7} {'err%':>6}")
+    for series in doc["series"]:
+        calibration = DEFAULT_CALIBRATION
+        if fit_each:
+            calibration = fit_series(doc, series, DEFAULT_CALIBRATION, max_num_seqs)
+            print(f"{series['id']}: bandwidth {calibration.bandwidth_efficiency:.2f}, compute "
+                  f"{calibration.compute_efficiency:.2f}, step "
+                  f"{calibration.step_overhead_s * 1000:.1f} ms, per sequence "
+                  f"{calibration.per_seq_overhead_s * 1e6:.0f} us")
+        for point, ttft, tpot in sweep_errors(doc, series, sweep_points(doc, series),
+                                              calibration, max_num_seqs):
+            e_ttft = (ttft / point.ttft_ms - 1) * 100
+            e_tpot = (tpot / point.tpot_ms - 1) * 100
+            if point.split == "holdout":
+                held += [abs(e_ttft), abs(e_tpot)]
+            print(f"{point.series:24} {point.num_prompts:4} {point.split:7} "
+                  f"{point.ttft_ms:8.1f} {ttft:8.1f} {e_ttft:+6.1f} "
+                  f"{point.tpot_ms:8.2f} {tpot:7.2f} {e_tpot:+6.1f}")
+    print(f"held-out median |error| (TTFT and TPOT): {statistics.median(held):.1f}% over "
+          f"{len(held)} values ({'per-series fit' if fit_each else 'shipped calibration'})")
+    return held
+
+
+def throughput_report(fit_shared: bool) -> None:
     entries = json.loads(DATA.read_text())["entries"]
     calibration = DEFAULT_CALIBRATION
-    if args.fit:
+    if fit_shared:
         calibration = fit([e for e in entries if e["split"] == "calibrate"])
     print(f"calibration: {calibration}")
     print(f"{'entry':52} {'split':9} {'metric':17} {'measured':>9} {'simulated':>9} {'err%':>7}")
@@ -102,6 +241,19 @@ def main() -> None:
         print(f"{entry['id']:52} {entry['split']:9} {metric:17} {measured:9.1f} "
               f"{simulated:9.1f} {err:+7.1f}")
     print(f"held-out median |error|: {statistics.median(held):.1f}% over {len(held)} entries")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--fit", action="store_true", help="refit calibration first")
+    parser.add_argument("--only", choices=("throughput", "concurrency"), default=None)
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="concurrency sweeps: override the engine's max_num_seqs")
+    args = parser.parse_args()
+    if args.only in (None, "throughput"):
+        throughput_report(args.fit)
+    if args.only in (None, "concurrency"):
+        concurrency_report(args.fit, args.max_num_seqs)
 
 
 if __name__ == "__main__":
