@@ -28,6 +28,18 @@ from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
 from inferplane.gateway.pool import NoReplica, Pool
 from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
+from inferplane.gateway.routes import (
+    GENERATION_LIMITS,
+    MODEL_PATHS,
+    MODELS_PREFIX,
+    REFUSED,
+    RESPONSES_PATH,
+    RESPONSES_PREFIX,
+    ResponseOwners,
+    model_not_found,
+    response_not_found,
+    split_response_path,
+)
 from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.state import GatewayState
 from inferplane.gateway.tracing import RequestTrace, Tracing, tracing_for
@@ -39,6 +51,7 @@ from inferplane.gateway.upstream import (
 )
 
 if TYPE_CHECKING:
+    from inferplane.tenancy.keys import KeyPolicy
     from inferplane.tenancy.service import Admission, Tenancy
     from inferplane.tenancy.streams import UsageStripper
 
@@ -47,25 +60,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-# Model-addressed vLLM endpoints the gateway routes by the body's "model" field.
-MODEL_PATHS = frozenset(
-    {
-        "/v1/chat/completions",
-        "/v1/completions",
-        "/v1/embeddings",
-        "/v1/responses",
-        "/v1/rerank",
-        "/v2/rerank",
-        "/rerank",
-        "/v1/score",
-        "/score",
-        "/tokenize",
-        "/detokenize",
-        "/pooling",
-        "/classify",
-    }
-)
 _GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+_RESPONSES_TOKEN_EVENT = b"event: response.output_text.delta\n"
 
 _JSON = (b"content-type", b"application/json")
 _NO_KEY = orjson.dumps({"error": {
@@ -75,16 +71,20 @@ _NO_KEY = orjson.dumps({"error": {
 _NO_METRICS_TOKEN = error_body(401, "metrics need the scrape token: 'Authorization: Bearer ...'")
 _USAGE_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _USAGE_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+# The Responses API (and Anthropic-style bodies) name them input/output tokens.
+_USAGE_INPUT = re.compile(rb'"input_tokens"\s*:\s*(\d+)')
+_USAGE_OUTPUT = re.compile(rb'"output_tokens"\s*:\s*(\d+)')
 
 
 def usage_from(data: bytes) -> tuple[int, int]:
-    """(prompt, completion) tokens from the last `"usage"` object in a body or stream tail."""
+    """(prompt, completion) tokens from the last `"usage"` object in a body or stream tail:
+    `prompt_tokens`/`completion_tokens`, or the Responses API's `input_tokens`/`output_tokens`."""
     at = data.rfind(b'"usage"')
     if at < 0:
         return 0, 0
     tail = data[at:]
-    p = _USAGE_PROMPT.search(tail)
-    c = _USAGE_COMPLETION.search(tail)
+    p = _USAGE_PROMPT.search(tail) or _USAGE_INPUT.search(tail)
+    c = _USAGE_COMPLETION.search(tail) or _USAGE_OUTPUT.search(tail)
     return (int(p.group(1)) if p else 0, int(c.group(1)) if c else 0)
 
 
@@ -105,6 +105,7 @@ class _Record:
         "events",
         "finished",
         "headers",
+        "key_id",
         "prompt_tokens",
         "queue_wait",
         "retries",
@@ -121,6 +122,7 @@ class _Record:
     def __init__(self) -> None:
         self.backend: Backend | None = None
         self.headers: Sequence[tuple[bytes, bytes]] = ()  # tenancy's x-ratelimit-* headers
+        self.key_id: str | None = None  # the API key that made the request (tenancy)
         self.stripper: UsageStripper | None = None  # drops the usage event tenancy asked for
         self.status = 0
         self.ttft = 0.0
@@ -178,7 +180,8 @@ class GatewayApp:
         self._upstream = UpstreamClient()
         # OpenTelemetry spans (gateway.tracing or OTEL_* variables); None: no span objects.
         self.tracing: Tracing | None = tracing_for(config.tracing)
-        self._models_body = self._render_models()
+        self._models_created = int(time.time())
+        self.responses = ResponseOwners()  # response id -> replica, for /v1/responses/{id}
         self._started = False
         if tenancy is not None:
             tenancy.register_metrics(self.metrics.registry)
@@ -252,13 +255,14 @@ class GatewayApp:
                 else:
                     await self._respond(send, 405, error_body(405, "use POST"), b"")
             elif method == "GET" and path == "/v1/models":
-                tenancy = self.tenancy
-                if tenancy is not None and tenancy.auth_required and tenancy.authenticate(
-                    _header(scope, b"authorization")
-                ) is None:  # as OpenAI and `vllm serve --api-key`: the list needs a key
-                    await self._respond(send, 401, _NO_KEY, b"")
+                await self._models(scope, send, None)
+            elif path.startswith(MODELS_PREFIX):
+                if method == "GET":
+                    await self._models(scope, send, path[len(MODELS_PREFIX) :])
                 else:
-                    await self._respond(send, 200, self._models_body, b"")
+                    await self._respond(send, 405, error_body(405, "use GET"), b"")
+            elif path.startswith(RESPONSES_PREFIX):
+                await self._response_by_id(scope, receive, send, path)
             elif method == "GET" and path == "/health":
                 await self._respond(send, 200, b'{"status":"ok"}', b"")
             elif method == "GET" and path == "/ready":
@@ -276,12 +280,17 @@ class GatewayApp:
                     await self._respond(
                         send, 200, self.metrics.render(), b"", b"text/plain; version=0.0.4"
                     )
+            elif path in REFUSED:  # vLLM routes the gateway does not serve, and why
+                await self._respond(send, REFUSED[path].status,
+                                    REFUSED[path].body(method, path), b"")
             else:
                 await self._respond(
                     send, 404, error_body(404, f"no route for {method} {path}"), b""
                 )
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await self._refuse_websocket(scope, receive, send)
 
     @staticmethod
     async def _respond(
@@ -300,13 +309,127 @@ class GatewayApp:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    def _render_models(self) -> bytes:
-        created = int(time.time())
-        data = [
-            {"id": name, "object": "model", "created": created, "owned_by": "inferplane"}
-            for name in self.state.client_names()
-        ]
-        return orjson.dumps({"object": "list", "data": data})
+    def _caller_key(self, scope: Scope) -> tuple[bool, KeyPolicy | None]:
+        """(allowed, key) for the gateway's own GET routes: as OpenAI and `vllm serve
+        --api-key`, a valid, unexpired key is needed when auth is on."""
+        tenancy = self.tenancy
+        if tenancy is None:
+            return True, None
+        policy = tenancy.authenticate(_header(scope, b"authorization"))
+        if policy is not None and policy.expires_at is not None and (
+            policy.expires_at <= tenancy.clock()
+        ):
+            policy = None
+        return policy is not None or not tenancy.auth_required, policy
+
+    async def _models(self, scope: Scope, send: Send, model_id: str | None) -> None:
+        """`GET /v1/models` and `GET /v1/models/{id}` (vLLM has only the list): the names a
+        client can address, less those the caller's key may not use."""
+        allowed, policy = self._caller_key(scope)
+        if not allowed:
+            await self._respond(send, 401, _NO_KEY, b"")
+            return
+        names = self.state.client_names()
+        if policy is not None and policy.allowed_models is not None:
+            names = [name for name in names if name in policy.allowed_models]
+        created = self._models_created
+        if model_id is None:
+            data = [
+                {"id": name, "object": "model", "created": created, "owned_by": "inferplane"}
+                for name in names
+            ]
+            await self._respond(send, 200, orjson.dumps({"object": "list", "data": data}), b"")
+        elif model_id in names:
+            card = {"id": model_id, "object": "model", "created": created,
+                    "owned_by": "inferplane"}  # fmt: skip
+            await self._respond(send, 200, orjson.dumps(card), b"")
+        else:  # unknown and not-for-this-key look the same: no existence leak
+            await self._respond(send, 404, model_not_found(model_id), b"")
+
+    async def _response_by_id(
+        self, scope: Scope, receive: Receive, send: Send, path: str
+    ) -> None:
+        """`GET /v1/responses/{id}` and `POST /v1/responses/{id}/cancel`: to the replica
+        that made the response (`self.responses`), for the key that made it."""
+        method = scope["method"]
+        parsed = split_response_path(path)
+        if parsed is None:
+            await self._respond(send, 404, error_body(404, f"no route for {method} {path}"), b"")
+            return
+        response_id, action = parsed
+        want = "POST" if action else "GET"
+        if method != want:
+            await self._respond(send, 405, error_body(405, f"use {want}"), b"")
+            return
+        allowed, policy = self._caller_key(scope)
+        if not allowed:
+            await self._respond(send, 401, _NO_KEY, b"")
+            return
+        key_id = policy.id if policy is not None else None
+        rid = (self._rid_prefix + str(next(self._rid_seq))).encode()
+        owner = self.responses.get(response_id)
+        pool = self.state.pools.get(owner.model) if owner is not None else None
+        backend = None
+        if owner is not None and pool is not None and owner.key_id in (None, key_id):
+            backend = next((b for b in pool.backends if b.url == owner.url), None)
+        if owner is None or pool is None or backend is None:  # unknown, lost, or not yours
+            await self._respond(send, 404, response_not_found(response_id), rid)
+            return
+        try:
+            body = await self._read_body(receive, _header(scope, b"content-length"))
+        except ClientError as exc:
+            await self._respond(send, exc.status, error_body(exc.status, exc.message), rid)
+            return
+        headers = {"X-Request-ID": rid.decode("latin-1")}
+        auth = _header(scope, b"authorization")
+        if backend.api_key:
+            headers["Authorization"] = "Bearer " + backend.api_key
+        elif key_id is None and auth is not None:
+            headers["Authorization"] = auth.decode("latin-1")  # no gateway key: the engine's
+        query = scope.get("query_string", b"")
+        url = backend.url + path + ("?" + query.decode("latin-1") if query else "")
+        timeouts = pool.route.timeouts
+        timeout = aiohttp.ClientTimeout(total=timeouts.total_s, connect=timeouts.connect_s)
+        started = False
+        try:
+            async with self.session().request(
+                method, url, data=body or None, headers=headers, timeout=timeout
+            ) as resp:
+                ctype = resp.headers.get("Content-Type", "application/json").encode("latin-1")
+                if not ctype.startswith(b"text/event-stream"):
+                    payload = await resp.read()
+                    await self._respond(send, resp.status, payload, rid, ctype)
+                    return
+                await send({"type": "http.response.start", "status": resp.status, "headers": [
+                    (b"content-type", ctype), (b"cache-control", b"no-cache"),
+                    (b"x-request-id", rid)]})  # fmt: skip
+                started = True
+                async for chunk in resp.content.iter_any():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            message = f"replica {backend.label} failed to answer {method} {path}: {exc!r}"
+            if started:
+                await send({"type": "http.response.body", "body": sse_error_event(502, message)})
+            else:
+                await self._respond(send, 502, error_body(502, message), rid)
+
+    async def _refuse_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The gateway proxies HTTP only: deny a WebSocket handshake with a JSON body when
+        the server supports denial responses, else close it (policy violation)."""
+        await receive()  # websocket.connect
+        path = scope["path"]
+        refusal = REFUSED.get(path)
+        if refusal is not None:
+            status, body = refusal.status, refusal.body("GET", path)
+        else:
+            status, body = 404, error_body(404, f"no route for WebSocket {path}")
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await send({"type": "websocket.http.response.start", "status": status,
+                        "headers": [_JSON, (b"content-length", b"%d" % len(body))]})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1008})
 
     async def _ready(self, send: Send) -> None:
         # A model with no awake replica but an activator (scaled to zero or asleep, woken
@@ -429,6 +552,7 @@ class GatewayApp:
             trace.admitted(loop.time(), route.name)
         if adm is not None:
             rec.headers = adm.headers
+            rec.key_id = adm.key_id
             if stream and path in _GENERATION_PATHS:
                 from inferplane.tenancy.streams import UsageStripper, ask_for_usage
 
@@ -518,17 +642,29 @@ class GatewayApp:
         data: dict[str, Any], body: bytes, model: str, route: ModelRoute, path: str
     ) -> bytes:
         """Apply the served-name map and the max_tokens cap; re-encode only when needed."""
+        if path == RESPONSES_PATH and data.get("background") is True:
+            # Work that outlives its request holds no gateway slot, no timeout bounds it and
+            # its tokens would never reach the usage ledger.
+            raise ClientError(
+                400,
+                "'background' responses are not served through the gateway (their tokens "
+                "would go unbilled and unbounded by its limits); use stream=true instead",
+                "background",
+            )
         changed = False
         if route.upstream_name != model:
             data["model"] = route.upstream_name
             changed = True
         cap = route.max_tokens_cap
-        if cap is not None and path in _GENERATION_PATHS:
+        keys = GENERATION_LIMITS.get(path)
+        if cap is not None and keys is not None:
             present = False
-            for key in ("max_tokens", "max_completion_tokens"):
+            for key in keys:
                 value = data.get(key)
                 if value is None:
                     continue
+                if type(value) is not int:  # parse_body checks max_tokens, not the others
+                    raise ClientError(400, f"'{key}' must be an integer", key)
                 present = True
                 if value > cap:
                     if route.max_tokens_mode == "reject":
@@ -538,7 +674,7 @@ class GatewayApp:
                     data[key] = cap
                     changed = True
             if not present:
-                data["max_tokens"] = cap
+                data[keys[0]] = cap
                 changed = True
         return orjson.dumps(data) if changed else body
 
@@ -684,6 +820,8 @@ class GatewayApp:
                 if status == 200:
                     rec.prompt_tokens, rec.completion_tokens = usage_from(payload)
                     rec.usage_known = True
+                    if path == RESPONSES_PATH:
+                        self.responses.learn(payload, route.name, backend.url, rec.key_id)
                 rec.finished = True
                 await self._respond(
                     send, status, payload, rid, conn.content_type or _JSON[1], rec.headers
@@ -740,12 +878,16 @@ class GatewayApp:
             stripper = rec.stripper
             # Chat streams open with a role-only event that carries no token.
             rec.events = -1 if path == "/v1/chat/completions" and b'"role"' in chunk else 0
+            marker = b"\n\n"  # one SSE event per blank line
+            if path == RESPONSES_PATH:
+                marker = _RESPONSES_TOKEN_EVENT  # its other events carry no token
+                self.responses.learn(chunk, pool.route.name, backend.url, rec.key_id)
             while chunk:
                 if stripper is not None:
                     chunk = stripper.feed(chunk)
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    rec.events += chunk.count(b"\n\n")  # one SSE event per blank line
+                    rec.events += chunk.count(marker)
                     prev, last = last, chunk
                 deadline.reschedule(min(loop.time() + idle_s, total_deadline))
                 chunk = await conn.read_chunk()
