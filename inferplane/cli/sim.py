@@ -70,8 +70,10 @@ def load_fleet(path: Path) -> list[SimEngineConfig]:
 
 
 async def _serve(configs: list[SimEngineConfig], exit_on_crash: bool) -> int:
+    from inferplane.engines.sim.app import log_requests
     from inferplane.engines.sim.host import start_engines, stop_engines
 
+    log_requests()  # each request's id in the engine's log, as vLLM logs it
     handles = await start_engines(configs)
     for handle in handles:
         typer.echo(f"simulated engine {handle.config.model} listening on {handle.url}")

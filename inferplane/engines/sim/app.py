@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import math
 import struct
 import time
@@ -26,6 +27,22 @@ from inferplane.engines.sim.responses import ResponsesApi
 from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
 from inferplane.engines.sim.tokens import chat_prompt_ids
 from inferplane.engines.sim.validation import validate_request
+
+# vLLM's request log line (`--enable-log-requests`), so a request id is found in the
+# engine's log (`inferplane trace`); off unless a handler is attached (`inferplane sim`).
+requests_log = logging.getLogger("inferplane.sim.requests")
+
+
+def log_requests() -> None:
+    """Print the request lines on stdout as vLLM does (`inferplane sim`, one engine per
+    process, so the runtime's per-instance log holds them)."""
+    import sys
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [logger.py] %(message)s"))
+    requests_log.addHandler(handler)
+    requests_log.setLevel(logging.INFO)
+    requests_log.propagate = False
 
 
 class _OrjsonResponse(JSONResponse):
@@ -243,6 +260,10 @@ class EngineApp:
         rid = self.engine.new_request_id(
             "chatcmpl" if chat else "cmpl", request.headers.get("x-request-id")
         )
+        if requests_log.isEnabledFor(logging.INFO):
+            requests_log.info("Received request %s: params: SamplingParams(max_tokens=%s, "
+                              "stream=%s), lora_request: None.", rid, sampling.max_tokens,
+                              sampling.stream)  # fmt: skip
         generation = Generation(self.engine, prompts, sampling, fields, chat=chat,
                                 request_id=rid)
         generation.submit()
