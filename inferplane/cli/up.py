@@ -142,6 +142,11 @@ def up(
     tenancy: bool = typer.Option(
         True, help="API keys, limits, usage ledger and DB routes in the gateway."
     ),
+    web_console: bool = typer.Option(
+        True, "--console/--no-console",
+        help="Serve the web console at GATEWAY/ui; --no-console (or the fleet's "
+        "gateway.console: false) turns it off.",
+    ),
 ) -> None:
     """Start every engine instance of FLEET and the gateway; Ctrl-C drains and stops."""
     from inferplane.runtime import control
@@ -151,6 +156,9 @@ def up(
     from inferplane.spec import load_fleet
 
     spec = load_fleet(fleet)
+    if not web_console:
+        gateway = spec.gateway.model_copy(update={"console": False})
+        spec = spec.model_copy(update={"gateway": gateway})
     startup_deadline_s(0, disk_bandwidth_mib_s)  # refuses a bandwidth that is not positive
     given_plan = load_plan(plan) if plan is not None else None
     if given_plan is None and spec.gpus is not None and any(
@@ -198,6 +206,8 @@ def up(
             argv += ["--db", db]
         if not tenancy:
             argv.append("--no-tenancy")
+        if not web_console:
+            argv.append("--no-console")
         offset = control.log_size(state)
         pid = control.spawn_detached(argv, state)
         progress = FleetProgress(console)

@@ -51,6 +51,7 @@ from inferplane.gateway.upstream import (
 )
 
 if TYPE_CHECKING:
+    from inferplane.console import ConsoleApp
     from inferplane.tenancy.keys import KeyPolicy
     from inferplane.tenancy.service import Admission, Tenancy
     from inferplane.tenancy.streams import UsageStripper
@@ -183,6 +184,7 @@ class GatewayApp:
         self._models_created = int(time.time())
         self.responses = ResponseOwners()  # response id -> replica, for /v1/responses/{id}
         self._started = False
+        self.console: ConsoleApp | None = None  # the web console at /ui (console.attach)
         if tenancy is not None:
             tenancy.register_metrics(self.metrics.registry)
 
@@ -212,6 +214,8 @@ class GatewayApp:
             self.access_log.start()
 
     async def shutdown(self) -> None:
+        if self.console is not None:
+            await self.console.stop()
         await self.monitor.stop()
         if self.tenancy is not None:
             await self.tenancy.stop()
@@ -267,6 +271,12 @@ class GatewayApp:
                 await self._respond(send, 200, b'{"status":"ok"}', b"")
             elif method == "GET" and path == "/ready":
                 await self._ready(send)
+            elif path == "/ui" or path.startswith("/ui/"):
+                if self.console is None:
+                    message = "the web console is off (gateway.console: false, or up --no-console)"
+                    await self._respond(send, 404, error_body(404, message), b"")
+                else:
+                    await self.console(scope, receive, send)
             elif path.startswith("/admin/") and self.tenancy is not None:
                 from inferplane.tenancy.admin import handle
 
@@ -824,7 +834,8 @@ class GatewayApp:
                         self.responses.learn(payload, route.name, backend.url, rec.key_id)
                 rec.finished = True
                 await self._respond(
-                    send, status, payload, rid, conn.content_type or _JSON[1], rec.headers
+                    send, status, payload, rid, conn.content_type or _JSON[1],
+                    (*rec.headers, (b"x-inferplane-replica", backend.label.encode())),
                 )
         except TimeoutError:
             message = f"upstream timed out (model `{route.name}`)"
@@ -864,6 +875,7 @@ class GatewayApp:
                     (b"content-type", conn.content_type or b"text/event-stream"),
                     (b"cache-control", b"no-cache"),
                     (b"x-request-id", rid),
+                    (b"x-inferplane-replica", rec.backend.label.encode() if rec.backend else b"-"),
                     *rec.headers,
                 ],
             }

@@ -206,6 +206,10 @@ class Runtime:
                 default_db=state_dir_database_url(options.state_dir),
             )
         self.gateway: GatewayApp = build_app(config, self.tenancy)
+        if fleet.gateway.console:  # the web console at /ui reads this runtime (docs/console.md)
+            from inferplane.console import attach
+
+            attach(self.gateway, self, fleet.gateway.admin_token_env)
         self.gate = DrainGate(self.gateway)
         self.backends: dict[str, list[Backend]] = {}
         self._by_instance: dict[str, Backend] = {}

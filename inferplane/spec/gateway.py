@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictStr
+from pydantic import Field, StrictBool, StrictStr
 
 from inferplane.spec.base import SpecModel
 from inferplane.spec.types import NonNegativeInt, PositiveFloat, PositiveInt
@@ -74,6 +74,9 @@ class GatewaySpec(SpecModel):
     # A request with this header set to "batch" queues behind interactive traffic.
     priority_header: StrictStr = Field(default="X-Priority", min_length=1)
     access_log_path: StrictStr | None = Field(default=None, min_length=1)  # None: stderr
+    # The web console at /ui (docs/console.md), served by `inferplane up`'s gateway; it
+    # needs the admin token whenever auth is on. `up --no-console` also turns it off.
+    console: StrictBool = True
     # The gateway's container image for `inferplane render` (--gateway-image overrides it);
     # default: what this checkout's Dockerfile builds (docs/deploy.md).
     image: StrictStr | None = Field(default=None, min_length=1)
