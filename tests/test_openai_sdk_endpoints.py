@@ -52,9 +52,13 @@ def embed_model_dir(path: Path) -> Path:
 
 
 def start_fleet(
-    embed_dir: Path, tenancy: Tenancy | None = None, store_responses: bool = True
+    embed_dir: Path,
+    tenancy: Tenancy | None = None,
+    store_responses: bool = True,
+    harness: Harness | None = None,
 ) -> SimFleet:
-    """Two replicas of `chat` (so response ids must find their replica) and one `embed`."""
+    """Two replicas of `chat` (so response ids must find their replica) and one `embed`.
+    A tenancy's store must live on `harness`'s loop (the gateway's)."""
     configs = [
         SimEngineConfig(model="sim-chat", max_model_len=2048, eos_after_tokens=16),
         SimEngineConfig(model="sim-chat", max_model_len=2048, eos_after_tokens=16),
@@ -72,7 +76,7 @@ def start_fleet(
         ),
         access_log=False,
     )  # fmt: skip
-    harness = Harness()
+    harness = harness or Harness()
     app = build_app(config, tenancy)
     return SimFleet(harness, host, engines, app, harness.serve(app))
 
