@@ -106,8 +106,16 @@ class HfTokenizer:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def pieces(self, text: str) -> list[str]:
+        """Each token's span of `text`, with the gap before it (so they join to `text`)."""
         encoding = self._tok.encode(text, add_special_tokens=False)
-        return [text[start:end] for start, end in encoding.offsets]
+        out: list[str] = []
+        done = 0
+        for _, end in encoding.offsets:
+            out.append(text[done:end] if end > done else "")
+            done = max(done, end)
+        if out and done < len(text):
+            out[-1] += text[done:]
+        return out
 
     def decode(self, ids: list[int]) -> str | None:
         return str(self._tok.decode(ids, skip_special_tokens=False))
