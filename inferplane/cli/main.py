@@ -37,7 +37,7 @@ def version() -> None:
 COMMAND_MODULES: tuple[str, ...] = (
     "estimate", "gpus", "validate", "sim", "gateway", "up", "down", "status", "plan", "render",
     "apply", "keys", "usage", "routes", "logs", "restart", "events", "diagnose", "lint", "doctor",
-    "bench", "capacity",
+    "bench", "capacity", "monitoring", "trace",
 )
 
 

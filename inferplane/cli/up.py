@@ -142,6 +142,11 @@ def up(
     tenancy: bool = typer.Option(
         True, help="API keys, limits, usage ledger and DB routes in the gateway."
     ),
+    monitoring: Path | None = typer.Option(
+        None, "--monitoring", show_default=False,
+        help="Write the Prometheus config (live scrape targets), alert rules and Grafana "
+        "dashboard here (default: STATE_DIR/monitoring; docs/monitoring.md).",
+    ),
     web_console: bool = typer.Option(
         True, "--console/--no-console",
         help="Serve the web console at GATEWAY/ui; --no-console (or the fleet's "
@@ -206,6 +211,8 @@ def up(
             argv += ["--db", db]
         if not tenancy:
             argv.append("--no-tenancy")
+        if monitoring is not None:
+            argv += ["--monitoring", str(monitoring.resolve())]
         if not web_console:
             argv.append("--no-console")
         offset = control.log_size(state)
@@ -228,6 +235,7 @@ def up(
         state_dir=state.path, grace_period_s=grace_period_s, gateway_port=gateway_port,
         fleet_path=str(fleet.resolve()), plan=given_plan, node=node, vllm_binary=vllm_binary,
         disk_bandwidth_mib_s=disk_bandwidth_mib_s, tenancy=tenancy, database_url=db,
+        monitoring_dir=monitoring.resolve() if monitoring is not None else None,
     )
 
     progress = FleetProgress(console, grace_period_s)

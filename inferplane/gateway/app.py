@@ -100,6 +100,7 @@ class _Record:
     """What one request did; filled in as it goes so a cancelled request still logs."""
 
     __slots__ = (
+        "admitted_s",
         "backend",
         "completion_tokens",
         "disconnected",
@@ -128,6 +129,7 @@ class _Record:
         self.status = 0
         self.ttft = 0.0
         self.queue_wait = 0.0
+        self.admitted_s = 0.0  # received -> admitted (keys, limits, model resolved)
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.retries = 0
@@ -557,9 +559,10 @@ class GatewayApp:
         )
         rec = _Record()
         rec.trace_headers = trace_headers
+        rec.admitted_s = loop.time() - t0
         if trace is not None:
             rec.trace = trace
-            trace.admitted(loop.time(), route.name)
+            trace.admitted(t0 + rec.admitted_s, route.name)
         if adm is not None:
             rec.headers = adm.headers
             rec.key_id = adm.key_id
@@ -1002,11 +1005,14 @@ class GatewayApp:
             self.access_log.write(
                 {
                     "request_id": rid.decode("latin-1"),
+                    # when it arrived, so `inferplane trace` can put the phases on a clock
+                    "received_at": round(time.time() - total, 6),
                     "model": route.name,
                     "replica": replica,
                     "status": rec.status,
                     "prompt_tokens": rec.prompt_tokens,
                     "completion_tokens": rec.completion_tokens,
+                    "admission_s": round(rec.admitted_s, 6),
                     "queue_wait_s": round(rec.queue_wait, 6),
                     "upstream_ttft_s": round(rec.ttft, 6),
                     "total_s": round(total, 6),

@@ -37,6 +37,8 @@ from inferplane.gateway import Backend, GatewayApp, build_app
 from inferplane.gateway.fleet import gateway_config_from_fleet
 from inferplane.gateway.server import uvicorn_config
 from inferplane.gpus.nvml import NvmlApi
+from inferplane.monitoring.live import refresh_targets, start_monitoring
+from inferplane.monitoring.targets import TargetsWriter
 from inferplane.planner.plan import Plan
 from inferplane.runtime import registry
 from inferplane.runtime.channel import ControlServer
@@ -100,6 +102,9 @@ class RuntimeOptions:
     # the autoscaler (fleet `scaling:`, docs/scaling.md)
     placer: Placer | None = None  # default: the planner's incremental placement
     scaling_interval_s: float | None = None  # default: from the shortest window
+    # Prometheus config, alert rules, Grafana dashboard, live scrape targets
+    # (docs/monitoring.md); default: STATE/monitoring
+    monitoring_dir: Path | None = None
 
 
 _gateway_log = logging.getLogger("inferplane.gateway.runtime")
@@ -250,6 +255,8 @@ class Runtime:
         self._forced = False
         self.control: ControlServer | None = None
         self._gateway_log: list[tuple[logging.Logger, logging.Handler]] | None = None
+        self.monitoring_dir = options.monitoring_dir or self.state_dir.path / "monitoring"
+        self._targets: TargetsWriter | None = None  # the file_sd files, kept current
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -298,6 +305,10 @@ class Runtime:
                 await self.control.start()
             self._write_state()
             self._write_database_url()
+            self._targets = start_monitoring(
+                self.monitoring_dir, self.fleet, self.plan, self.status(),
+                self.gateway.config.metrics_token,
+            )  # fmt: skip
             _gateway_log.info(
                 "gateway on %s (%d models, %d engine instances)", self.gateway_url,
                 len(self.backends) + len(self.fleet.endpoint_models), len(self.instances),
@@ -704,6 +715,7 @@ class Runtime:
             "instances": [self._instance_json(r) for r in self.supervisor.records.values()],
             "scaling": self.scaling.status() if self.scaling is not None else None,
             "log_dir": str(self.state_dir.log_dir.resolve()),
+            "monitoring_dir": str(self.monitoring_dir.resolve()),
             "tenancy": self._tenancy_status(),
         }
 
@@ -737,4 +749,7 @@ class Runtime:
 
     def _write_state(self) -> None:
         if self.state_dir.path.exists():
-            self.state_dir.write(self.status())
+            status = self.status()
+            self.state_dir.write(status)
+            if self._targets is not None:  # replicas started, stopped, added or removed
+                refresh_targets(self._targets, status)
