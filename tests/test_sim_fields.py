@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
 from inferplane.engines.sim.config import SimEngineConfig
+from inferplane.engines.sim.fake_vllm import parse_serve_args
 from inferplane.engines.sim.host import EngineHandle, EngineHost
 
 CHAT = "/v1/chat/completions"
@@ -450,3 +451,29 @@ def test_prompt_tokens_total_counts_one_step_prefills(engines: list[EngineHandle
     prompt = reply["usage"]["prompt_tokens"]
     assert sum_after - sum_before == prompt
     assert total_after - total_before == prompt
+
+
+def test_vllm_structured_outputs_and_suffix(http: httpx.Client) -> None:
+    typed = http.post(CHAT, json={"model": "m", "messages": MESSAGES,
+                                  "structured_outputs": {"json": SCHEMA}}).json()
+    jsonschema.validate(json.loads(typed["choices"][0]["message"]["content"]), SCHEMA)
+    picked = http.post(COMPLETIONS, json={"model": "m", "prompt": "x", "structured_outputs": {
+        "choice": ["yes", "no"]}}).json()
+    assert picked["choices"][0]["text"] == "yes"
+    both = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES,
+                                        "structured_outputs": {"json": SCHEMA,
+                                                               "choice": ["a"]}}))
+    assert both["message"].startswith("You can only use one kind of constraints")
+    regex = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES,
+                                         "structured_outputs": {"regex": "a+"}}))
+    assert regex["param"] == "structured_outputs" and "not simulated" in regex["message"]
+    suffix = _error(http.post(COMPLETIONS, json={"model": "m", "prompt": "x", "suffix": "y"}))
+    assert suffix["message"] == "suffix is not currently supported"
+
+
+def test_fake_vllm_reads_the_logprob_and_tool_flags() -> None:
+    config, _ = parse_serve_args(["serve", "m", "--max-logprobs", "5",
+                                  "--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
+    assert config.max_logprobs == 5 and config.enable_auto_tool_choice
+    with pytest.raises(SystemExit, match="--enable-auto-tool-choice requires --tool-call-parser"):
+        parse_serve_args(["serve", "m", "--enable-auto-tool-choice"])

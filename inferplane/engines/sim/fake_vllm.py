@@ -5,8 +5,9 @@
 
 It accepts the command lines `inferplane plan` writes (and vLLM's other serve flags): the
 flags the simulator models (served name, host, port, context length, TP, utilization,
-`--max-num-seqs`, `--max-num-batched-tokens`, prefix caching) configure the simulated
-engine; GPU-only flags (`--kv-cache-memory-bytes`, `--compilation-config`, `--dtype`,
+`--max-num-seqs`, `--max-num-batched-tokens`, prefix caching, `--max-logprobs`,
+`--enable-auto-tool-choice` with `--tool-call-parser`) configure the simulated engine;
+GPU-only flags (`--kv-cache-memory-bytes`, `--compilation-config`, `--dtype`,
 `--quantization`, `--runner`, ...) are accepted and ignored. Point `inferplane up` at it
 with `--vllm-binary` or `INFERPLANE_VLLM_BINARY` to run an `engine: vllm` fleet without a
 GPU:
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True
     )
+    parser.add_argument("--max-logprobs", type=int, default=20)
+    parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument("--gpu", default=DEFAULT_GPU)
     parser.add_argument("--load-time-s", type=float, default=0.0)
     parser.add_argument("--crash-after-requests", type=int, default=None)
@@ -62,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
 def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
     """The simulated engine for a `vllm serve` command line, and the flags ignored."""
     args, ignored = _parser().parse_known_args(list(argv))
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        # vLLM refuses this at start-up (validate_parsed_serve_args) with these words.
+        raise SystemExit("Error: --enable-auto-tool-choice requires --tool-call-parser")
     source = Path(args.model)
     model_dir = source if (source / "config.json").is_file() else None
     served = args.served_model_name[0] if args.served_model_name else args.model
@@ -75,6 +82,8 @@ def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
         max_num_batched_tokens=args.max_num_batched_tokens,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enable_prefix_caching=args.enable_prefix_caching,
+        max_logprobs=args.max_logprobs,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
         host=args.host,
         port=args.port,
         faults=FaultConfig(

@@ -76,7 +76,11 @@ def _check_max_logprobs(requested: int, config: SimEngineConfig, vocab_size: int
 
 
 def _structured(body: dict[str, Any]) -> str | None:
-    """The JSON text response_format forces; a schema the sim cannot satisfy is refused."""
+    """The text response_format (or vLLM's own `structured_outputs`) forces; a schema the
+    simulator cannot satisfy is refused."""
+    extra = body.get("structured_outputs")
+    if isinstance(extra, dict):
+        return _structured_outputs(extra)
     response_format = body.get("response_format")
     if not isinstance(response_format, dict):
         return None
@@ -96,6 +100,40 @@ def _structured(body: dict[str, Any]) -> str | None:
         f"response_format type {kind!r} is not simulated (the simulator produces text, "
         "json_object and json_schema); drop it or use one of those",
         "response_format",
+    )
+
+
+def _structured_outputs(params: dict[str, Any]) -> str | None:
+    """vLLM's `structured_outputs` extension: `json` (a schema) and `choice` are simulated."""
+    given = [k for k in ("json", "regex", "choice", "grammar", "json_object",
+                         "structural_tag") if params.get(k) not in (None, False)]
+    if sum(k in ("json", "regex", "choice") for k in given) > 1:  # vLLM's request check
+        raise ApiError(400, "You can only use one kind of constraints for structured "
+                            "outputs ('json', 'regex' or 'choice').")
+    if not given:
+        return None
+    kind = given[0]
+    if kind == "json":
+        schema = params["json"]
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except ValueError:
+                raise ApiError(400, "Invalid JSON grammar specification.") from None
+        return json.dumps(_instance(schema), ensure_ascii=False)
+    if kind == "json_object":
+        return json.dumps(_JSON_OBJECT)
+    if kind == "choice":
+        choices = params["choice"]
+        if not isinstance(choices, list) or not choices:
+            raise ApiError(400, "structured_outputs.choice must be a non-empty list of "
+                                "strings", "structured_outputs")
+        return str(choices[0])
+    raise ApiError(
+        400,
+        f"structured_outputs.{kind} is not simulated (the simulator cannot sample under a "
+        "regex or grammar); use json or choice, or test this against vLLM",
+        "structured_outputs",
     )
 
 
@@ -225,6 +263,8 @@ def completion_fields(body: dict[str, Any], config: SimEngineConfig, vocab_size:
     if logprobs is not None and logprobs < 0 and logprobs != -1:
         raise validator_error(body, "`logprobs` must be a positive value or -1.",
                               parameter="logprobs", value=logprobs)
+    if body.get("suffix") is not None:
+        raise ApiError(400, "suffix is not currently supported")  # vLLM's serving check
     n = _n(body)
     count = None if logprobs is None else _check_max_logprobs(logprobs, config, vocab_size)
     return Fields(n=n, logprobs=count, echo=bool(body.get("echo")), json_text=_structured(body))
