@@ -45,6 +45,7 @@ class RecordedHost:
     nofile: tuple[int, int] | None = (1024, 4096)
     shm: int | None = 64 * 2**20
     busy_ports: set[int] = field(default_factory=set)
+    unwritable: set[Path] = field(default_factory=set)
 
     def run(self, argv: list[str]) -> CommandResult | None:
         if self.directory is None:
@@ -77,6 +78,9 @@ class RecordedHost:
 
     def port_free(self, host: str, port: int) -> bool:
         return port not in self.busy_ports
+
+    def dir_unwritable(self, path: Path) -> str | None:
+        return "Permission denied" if path in self.unwritable else None
 
 
 def _by_id(checks: list[Check]) -> dict[str, Check]:
@@ -187,11 +191,65 @@ def test_doctor_runs_on_this_machine_without_a_traceback() -> None:
     doc = json.loads(result.output)
     assert doc["schema"] == "inferplane.doctor/v1"
     ids = [c["id"] for c in doc["checks"]]
-    assert ids[:11] == ["driver-cuda", "gpus", "mig", "mps", "topology", "nofile", "shm",
-                        "disk", "vllm", "nccl-env", "ports"]
+    assert ids[:13] == ["driver-cuda", "gpus", "mig", "mps", "topology", "nofile", "shm",
+                        "disk", "vllm", "nccl-env", "ports", "engine-ports", "state-dir"]
     for check in doc["checks"]:
         assert list(check) == ["id", "status", "pitfall", "summary", "evidence", "fix"]
         if check["status"] == "skip":
             assert check["summary"]  # says why
     text = runner.invoke(app, ["doctor"])
     assert "Traceback" not in text.output
+
+
+def test_engine_ports_of_the_plan_are_checked_and_named_by_instance(tmp_path: Path) -> None:
+    fleet = _fleet(tmp_path, 2)
+    free = _by_id(run_checks(DoctorInput(RecordedHost(None, None), fleet)))["engine-ports"]
+    assert free.status == "pass" and free.summary == "engine ports 8100 are free (1 instances)"
+    assert free.evidence == ["big-0: 127.0.0.1:8100"]
+    taken = RecordedHost(None, None, busy_ports={8100})
+    busy = _by_id(run_checks(DoctorInput(taken, fleet)))["engine-ports"]
+    assert busy.status == "fail" and busy.summary == "engine port(s) taken: big-0 (8100)"
+    assert busy.evidence == ["big-0 (node n1): 127.0.0.1:8100 in use"]
+    assert busy.fix is not None and "ss -ltnp" in busy.fix
+    # the gateway's own port is checked apart, and a clash with an engine port is named
+    clash = fleet.model_copy(update={"gateway": fleet.gateway.model_copy(update={"port": 8100})})
+    both = _by_id(run_checks(DoctorInput(RecordedHost(None, None), clash)))["engine-ports"]
+    assert both.status == "fail" and "= gateway.port" in both.evidence[0]
+
+
+def test_engine_ports_say_why_they_could_not_be_checked(tmp_path: Path) -> None:
+    path = tmp_path / "discover.yaml"
+    path.write_text(yaml.safe_dump({"models": [
+        {"name": "m", "source": str(MODELS / "Qwen--Qwen3-8B"), "max_model_len": 8192}]}))
+    checks = _by_id(run_checks(DoctorInput(RecordedHost(None, None), load_fleet(path))))
+    skip = checks["engine-ports"]
+    assert skip.status == "skip" and skip.summary.startswith(
+        "could not check the engine ports because the fleet discovers its GPUs")
+    assert _by_id(run_checks(DoctorInput(RecordedHost(None, None))))["engine-ports"].status \
+        == "skip"
+    sim = tmp_path / "sim.yaml"
+    sim.write_text(yaml.safe_dump({"engine": "sim", "models": [
+        {"name": "m", "source": "Qwen/Qwen3-0.6B", "max_model_len": 4096}]}))
+    assert _by_id(run_checks(DoctorInput(RecordedHost(None, None), load_fleet(sim))))[
+        "engine-ports"].status == "pass"
+
+
+def test_state_dir_must_be_writable(tmp_path: Path) -> None:
+    from inferplane.doctor.host import LocalHost
+
+    state = tmp_path / "state"
+    ok = _by_id(run_checks(DoctorInput(RecordedHost(None, None), state_dir=state)))
+    assert ok["state-dir"].status == "pass"
+    bad = RecordedHost(None, None, unwritable={state})
+    check = _by_id(run_checks(DoctorInput(bad, state_dir=state)))["state-dir"]
+    assert check.status == "fail" and "Permission denied" in check.summary
+    assert check.fix is not None and "--state-dir" in check.fix
+    assert _by_id(run_checks(DoctorInput(RecordedHost(None, None))))["state-dir"].status \
+        == "skip"
+    # for real: a missing directory under a writable one is fine (up creates it); a file
+    # where the directory should be is not
+    host = LocalHost()
+    assert host.dir_unwritable(tmp_path / "a" / "b") is None
+    (tmp_path / "file").write_text("x")
+    assert "not a directory" in (host.dir_unwritable(tmp_path / "file") or "")
+    assert list(tmp_path.glob(".inferplane-doctor-*")) == []  # the probe file is removed

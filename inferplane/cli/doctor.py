@@ -22,10 +22,14 @@ def doctor(
     k8s: bool = typer.Option(False, "--k8s", help="Also check the cluster (kubeconfig): GPU "
                              "capacity per node, node labels, pending and terminating pods."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object (docs/diagnose.md)."),
+    state_dir: Path | None = typer.Option(
+        None, "--state-dir", help="The state directory to check, as `up` takes it (default: "
+        "$INFERPLANE_STATE_DIR, else ./.inferplane).", show_default=False),
 ) -> None:
     """Check this host (driver vs wheels, GPUs, MIG, topology, ulimit, /dev/shm, disk, vLLM,
-    NCCL, ports) and optionally the cluster: each check passes, warns, fails or says why it
-    was skipped. Exit 1 when a check fails."""
+    NCCL, the gateway's and the engines' ports, the state directory) and optionally the
+    cluster: each check passes, warns, fails or says why it was skipped. Exit 1 when a
+    check fails."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -45,7 +49,9 @@ def doctor(
             for problem in exc.problems:
                 err.print(f"  {escape(problem.render())}")
             raise typer.Exit(USAGE_EXIT_CODE) from None
-    inp = DoctorInput(LocalHost(), spec)
+    from inferplane.runtime.registry import up_state_dir
+
+    inp = DoctorInput(LocalHost(), spec, state_dir=up_state_dir(state_dir).path)
     if k8s:
         from inferplane.doctor.k8s import KubernetesApi
 

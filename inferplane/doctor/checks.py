@@ -64,6 +64,7 @@ class DoctorInput:
     fleet: FleetSpec | None = None
     cluster: ClusterApi | None = None
     cluster_error: str | None = None  # why no cluster is available, when --k8s was asked
+    state_dir: Path | None = None  # the state directory `up` would use (instance logs, pid)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -350,9 +351,75 @@ def check_ports(inp: DoctorInput) -> Check:
                  "gateway.port")
 
 
+def _planned_ports(inp: DoctorInput) -> tuple[list[tuple[str, str, int]], str | None]:
+    """(instance, node, port) of every engine the fleet's plan starts, or why not known."""
+    from inferplane.errors import InferplaneError
+    from inferplane.gpus.discovery import discover_gpus
+    from inferplane.planner import plan_fleet
+
+    fleet = inp.fleet
+    assert fleet is not None
+    try:
+        discovered = None
+        if fleet.discover_gpus:
+            api = inp.host.nvml()
+            if api is None:
+                return [], ("the fleet discovers its GPUs (gpus: discover) and NVML cannot "
+                            "be loaded here")
+            discovered = discover_gpus(api)
+        plan = plan_fleet(fleet, time_limit_s=0, discovered=discovered, check_fixes=False)
+    except InferplaneError as exc:
+        return [], f"the fleet does not plan here: {exc.message}"
+    return [(i.id, i.node, i.port) for i in plan.instances], None
+
+
+def check_engine_ports(inp: DoctorInput) -> Check:
+    """The fixed ports the plan gives vLLM engines (`up` refuses when one is taken)."""
+    from inferplane.runtime.instances import ENGINE_HOST
+
+    if inp.fleet is None:
+        return Check("engine-ports", "skip", "pass --fleet to check the ports its engines "
+                     "will use")
+    if inp.fleet.engine.kind == "sim":
+        return Check("engine-ports", "pass", "simulated engines take any free port when they "
+                     "start: no fixed port to check")
+    planned, why = _planned_ports(inp)
+    if why is not None:
+        return Check("engine-ports", "skip", f"could not check the engine ports because {why}")
+    if not planned:
+        return Check("engine-ports", "pass", "the fleet starts no engine here (endpoints only)")
+    gateway = inp.fleet.gateway.port
+    busy = [(name, node, port) for name, node, port in planned
+            if port == gateway or not inp.host.port_free(ENGINE_HOST, port)]
+    evidence = [f"{name} (node {node}): {ENGINE_HOST}:{port}"
+                + (" = gateway.port" if port == gateway else " in use")
+                for name, node, port in busy]
+    if busy:
+        names = ", ".join(f"{name} ({port})" for name, _, port in busy)
+        return Check("engine-ports", "fail", f"engine port(s) taken: {names}", None, evidence,
+                     "stop what listens there (ss -ltnp), or change gateway.port; `up` "
+                     "refuses to start an instance whose planned port is in use")
+    ports = sorted(port for _, _, port in planned)
+    span = f"{ports[0]}" if len(ports) == 1 else f"{ports[0]}-{ports[-1]}"
+    return Check("engine-ports", "pass", f"engine ports {span} are free ({len(planned)} "
+                 "instances)", None, [f"{n}: {ENGINE_HOST}:{p}" for n, _, p in planned])
+
+
+def check_state_dir(inp: DoctorInput) -> Check:
+    if inp.state_dir is None:
+        return Check("state-dir", "skip", "no state directory given (`up` uses --state-dir, "
+                     "$INFERPLANE_STATE_DIR or ./.inferplane)")
+    why = inp.host.dir_unwritable(inp.state_dir)
+    if why is None:
+        return Check("state-dir", "pass", f"state directory {inp.state_dir} is writable")
+    return Check("state-dir", "fail", f"state directory {inp.state_dir} is not writable: "
+                 f"{why}", None, [why], "fix its permissions, or give `up` another one "
+                 "with --state-dir DIR (or $INFERPLANE_STATE_DIR)")
+
+
 HOST_CHECKS: tuple[Callable[[DoctorInput], Check], ...] = (
     check_driver, check_gpus, check_mig, check_mps, check_topology, check_nofile, check_shm,
-    check_disk, check_vllm, check_nccl_env, check_ports,
+    check_disk, check_vllm, check_nccl_env, check_ports, check_engine_ports, check_state_dir,
 )
 
 

@@ -45,6 +45,9 @@ class Host(Protocol):
     def read_speed_mib_s(self, path: Path, limit_bytes: int) -> float | None: ...
     def port_free(self, host: str, port: int) -> bool: ...
 
+    def dir_unwritable(self, path: Path) -> str | None:
+        """Why `up` could not create and write files in `path`, or None when it can."""
+
 
 class LocalHost:
     """This machine."""
@@ -112,6 +115,23 @@ class LocalHost:
         except OSError:
             return None
         return done / MIB / elapsed if done and elapsed > 0 else None
+
+    def dir_unwritable(self, path: Path) -> str | None:
+        import tempfile
+
+        target = path
+        while not target.exists():  # `up` creates the missing levels
+            if target.parent == target:
+                return f"no existing parent directory of {path}"
+            target = target.parent
+        if not target.is_dir():
+            return f"{target} is not a directory"
+        try:
+            with tempfile.NamedTemporaryFile(dir=target, prefix=".inferplane-doctor-"):
+                pass
+        except OSError as exc:
+            return f"cannot create a file in {target}: {exc.strerror or exc}"
+        return None
 
     def port_free(self, host: str, port: int) -> bool:
         import socket
