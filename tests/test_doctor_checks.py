@@ -59,7 +59,7 @@ class RecordedHost:
         return CommandResult(0, path.read_text())
 
     def nvml(self) -> NvmlApi | None:
-        return self.fake_nvml  # type: ignore[return-value]
+        return self.fake_nvml
 
     def env(self) -> Mapping[str, str]:
         return self.environ
