@@ -17,7 +17,8 @@ included, holds one GPU; a sleeping one frees it) against the static allocation 
 meets the same peak (each model's peak replica count for the whole day), requests sent,
 answered, held (no awake replica when they arrived) and lost (any non-200 or error: must
 be 0), TTFT p50/p99 (streaming, client side) and SLO attainment outside cold starts,
-cold starts and wakes with their times. The replica timeline is saved as a PNG.
+cold starts and wakes with their times. The replica timeline is saved as a PNG
+(`--out`; a matplotlib chart with the `plots` extra, a plain one without).
 
     python benchmarks/elastic_replay.py                 # 24 h at 10 s per hour (~4 min)
     python benchmarks/elastic_replay.py --hour-s 5      # faster, same shape
@@ -164,6 +165,22 @@ def _png(path: Path, series: dict[str, list[tuple[float, int]]], hours: float,
                      + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
+def _save_timeline(path: Path, series: dict[str, list[tuple[float, int]]], hours: float,
+                   peak: dict[str, int]) -> str:
+    """The replica timeline as a matplotlib chart (axes, hours, legend) when the `plots`
+    extra is installed, else the plain PNG above; returns what was written."""
+    from inferplane.bench.plots import PlotsUnavailable, replica_timeline
+
+    try:
+        replica_timeline(path, series, hours, colors={
+            "qa": "tab:blue", "batch": "tab:red", "campaign": "tab:green"})
+        return f"{path} (replicas per model over the simulated day)"
+    except PlotsUnavailable as exc:
+        _png(path, series, hours, max(4, *peak.values()))
+        return (f"{path} (plain: qa blue, batch red, campaign green; a column per hour; "
+                f"for axes and a legend: {exc})")
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -280,8 +297,7 @@ async def replay(args: argparse.Namespace) -> int:
     for miss in lost[:5]:
         print(f"  lost: {miss.model} at {miss.at_h:.2f} h: {miss.error}")
     out = Path(args.out)
-    _png(out, timeline, args.hours, max(4, *peak.values()))
-    print(f"replica timeline: {out} (qa blue, batch red, campaign green; a column per hour)")
+    print(f"replica timeline: {_save_timeline(out, timeline, args.hours, peak)}")
     return 1 if lost or ratio > 0.7 else 0
 
 

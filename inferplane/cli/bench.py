@@ -181,7 +181,8 @@ def bench(
                                          help="API price per 1M tokens: 0.6 or in=..,out=.."),
     seed: int = typer.Option(0, "--seed", help="Dataset and arrival seed."),
     warmup: int = typer.Option(1, "--warmup", help="Uncounted requests sent first."),
-    out: Path | None = typer.Option(None, "--out", help="Directory for bench.json and CSVs."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Directory for bench.json, CSVs and PNG plots (plots: matplotlib)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Load-test TARGET: TTFT, TPOT, ITL, E2EL (p50/p90/p99), throughputs and goodput as
@@ -261,10 +262,22 @@ def bench(
                                        best.output_throughput, api_cost)
     if out is not None:
         write_results(out, document, run, swept)
+        _plots(out, run, swept)
     if as_json:
         typer.echo(json.dumps(document, indent=2))
         return
     _print(document, run, swept)
+
+
+def _plots(out: Path, run: RunResult | None, swept: Sweep | None) -> None:
+    """The PNGs beside bench.json; without matplotlib say how to get them (the JSON and
+    CSV are written either way). On stderr, so `--json` output stays one document."""
+    from inferplane.bench.plots import PlotsUnavailable, write_plots
+
+    try:
+        write_plots(out, run, swept)
+    except PlotsUnavailable as exc:
+        typer.echo(f"warning: no PNG plots written: {exc}", err=True)
 
 
 async def _measure(
