@@ -168,13 +168,14 @@ class ConsoleApp:
 
     def _page(self, name: str, who: str) -> str:
         refresh = 'hx-trigger="load, every 2s" hx-swap="innerHTML"'
+        fast = 'hx-trigger="every 1s" hx-swap="innerHTML"'  # a restart lasts seconds
         if name == "fleet":
             body = (f'<h1>Fleet</h1><div id="fleet" hx-get="/ui/partials/fleet" {refresh}>'
                     f"{pages.fleet_fragment(fleet_view(self.source, self.sampler))}</div>")
         elif name == "models":
             models = pages.models_fragment(models_view(self.gateway, self.source), self._actions)
             body = (f'<h1>Models</h1><div id="action" class="note"></div><div id="models" '
-                    f'hx-get="/ui/partials/models" {refresh}>{models}'
+                    f'hx-get="/ui/partials/models" {fast}>{models}'
 
                     '</div><div id="logs" class="panel"><p class="note">pick a replica\'s '
                     "<b>logs</b> to see its last lines and events</p></div>")

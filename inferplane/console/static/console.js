@@ -46,7 +46,14 @@
     const status = document.getElementById("chart-status");
     let points = [];
     let since = 0;
-    const built = {};  // chart title -> {plot, labels, el}
+    const built = {};  // chart title -> {plot, key, el}
+
+    // The grid's column width (CSS: columns of at least 440 px), minus the card padding.
+    function chartWidth() {
+      const gap = 14, total = box.clientWidth;
+      const cols = Math.max(1, Math.floor((total + gap) / (440 + gap)));
+      return Math.max(Math.floor((total - gap * (cols - 1)) / cols) - 18, 280);
+    }
 
     function render() {
       const model = select.value;
@@ -69,7 +76,7 @@
             c = built[title] = { el };
           }
           c.key = key;
-          const width = Math.max(c.el.clientWidth - 16, 300);
+          const width = chartWidth();
           c.plot = new uPlot({
             width, height: 200, legend: { live: false },
             scales: { x: { time: true } },
