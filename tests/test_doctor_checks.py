@@ -103,13 +103,15 @@ def test_parsers_read_the_recorded_formats() -> None:
     assert parse_smi_header((DATA / "pcie-8gpu" / "nvidia-smi.txt").read_text()) == (
         "550.54.15", "12.4")
     gpus, migs = parse_smi_list((DATA / "mig-a100" / "nvidia-smi-L.txt").read_text())
-    assert [g[0] for g in gpus] == [0, 1] and [(m.gpu, m.profile) for m in migs] == [
-        (0, "3g.40gb"), (0, "3g.40gb")]
+    assert [g[0] for g in gpus] == [0, 1, 2, 3] and [(m.gpu, m.profile) for m in migs] == [
+        (0, "1g.20gb")] * 4
     pcie = parse_topo_matrix((DATA / "pcie-8gpu" / "nvidia-smi-topo.txt").read_text())
     assert len(pcie) == 28 and pcie[(0, 1)] == "PIX" and pcie[(0, 2)] == "NODE"
     assert pcie[(3, 4)] == "SYS"
     nvlink = parse_topo_matrix((DATA / "nvlink-8gpu" / "nvidia-smi-topo.txt").read_text())
-    assert len(nvlink) == 28 and set(nvlink.values()) == {"NV"}  # NIC columns ignored
+    assert len(nvlink) == 28 and set(nvlink.values()) == {"NV"}
+    sys8 = parse_topo_matrix((DATA / "pcie-8gpu-sys" / "nvidia-smi-topo.txt").read_text())
+    assert len(sys8) == 28 and set(sys8.values()) == {"SYS"}  # NIC columns and rows ignored
     assert best_group(pcie, list(range(8)), 2) == ([0, 1], "PIX")
     assert best_group(pcie, list(range(8)), 4) == ([0, 1, 2, 3], "NODE")
     assert best_group(pcie, list(range(8)), 8) == (list(range(8)), "SYS")
@@ -132,6 +134,12 @@ def test_pcie_host_warns_about_tp_over_sockets_and_driver_mismatch(tmp_path: Pat
     assert four["topology"].status == "pass"  # TP 2 fits a PIX pair
 
 
+def test_pcie_host_with_every_pair_across_sockets_warns_even_for_tp_2(tmp_path: Path) -> None:
+    host = RecordedHost(DATA / "pcie-8gpu-sys", None)
+    topo = _by_id(run_checks(DoctorInput(host, _fleet(tmp_path, 2))))["topology"]
+    assert topo.status == "warn" and "SYS" in topo.summary  # the real 8x 4090 box: no PIX
+
+
 def test_nvlink_host_passes_topology_and_reports_busy_gpus(tmp_path: Path) -> None:
     devices = [FakeDevice("NVIDIA H100 80GB HBM3") for _ in range(8)]
     devices[3] = FakeDevice("NVIDIA H100 80GB HBM3", used_bytes=40 * GIB,
@@ -151,7 +159,8 @@ def test_mig_host_is_reported() -> None:
                         environ={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
     checks = _by_id(run_checks(DoctorInput(host)))
     mig = checks["mig"]
-    assert mig.status == "warn" and mig.evidence == ["GPU 0: 2 MIG devices (3g.40gb, 3g.40gb)"]
+    assert mig.status == "warn" and mig.evidence == [
+        "GPU 0: 4 MIG devices (1g.20gb, 1g.20gb, 1g.20gb, 1g.20gb)"]
     mps = checks["mps"]
     assert mps.status == "warn" and "GPU 00000000:0F:00.0: compute mode Exclusive_Process" in (
         mps.evidence)
