@@ -275,16 +275,27 @@ def test_responses_are_billed_and_private_to_their_key(keyed: KeyedFleet) -> Non
     assert stolen.status_code == 404
     assert stolen.json()["error"]["message"] == f"Response with id '{rid}' not found."
     assert keyed.get(f"/v1/responses/{rid}").status_code == 401  # auth is on
+    # Nor may another key continue it (the engine would answer with alice's conversation).
+    hijack = keyed.post("/v1/responses", {"model": "chat", "input": "and then?",
+                                          "previous_response_id": rid}, bob)  # fmt: skip
+    assert hijack.status_code == 404
+    assert hijack.json()["error"]["message"] == f"Response with id '{rid}' not found."
+    follow = keyed.post("/v1/responses", {"model": "chat", "input": "and then?",
+                                          "previous_response_id": rid}, alice)  # fmt: skip
+    assert follow.status_code == 200 and follow.json()["previous_response_id"] == rid
+    expected = (expected[0] + follow.json()["usage"]["input_tokens"],
+                expected[1] + follow.json()["usage"]["output_tokens"])  # fmt: skip
     ledger = keyed.tenancy.ledger
     assert ledger is not None
     h = keyed.fleet.harness
     for _ in range(500):  # the handler records usage just after the client has the answer
-        if ledger.written + ledger.pending >= 2:
+        if ledger.written + ledger.pending >= 4:
             break
         h.run(asyncio.sleep(0.01))
     h.run(ledger.flush())
     rows = {r["name"]: r for r in h.run(usage_report(keyed.store, "key"))}
-    assert rows["alice"]["requests"] == 2
+    assert rows["alice"]["requests"] == 3
+    assert rows["bob"]["requests"] == 1 and rows["bob"]["errors"] == 1
     assert (rows["alice"]["prompt_tokens"], rows["alice"]["completion_tokens"]) == expected
     assert expected[1] > 0
 

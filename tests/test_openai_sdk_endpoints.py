@@ -158,6 +158,21 @@ def test_responses_retrieve_finds_the_replica_that_made_each(
     }  # fmt: skip
 
 
+def test_responses_continue_a_stored_conversation(client: openai.OpenAI) -> None:
+    first = client.responses.create(model="chat", input="my name is Ada", max_output_tokens=4)
+    follow = client.responses.create(
+        model="chat", input="what is my name?", previous_response_id=first.id,
+        max_output_tokens=4,
+    )
+    alone = client.responses.create(model="chat", input="what is my name?", max_output_tokens=4)
+    assert follow.previous_response_id == first.id
+    assert first.usage is not None and follow.usage is not None and alone.usage is not None
+    # The earlier turn (its input and output) is part of the prompt.
+    assert follow.usage.input_tokens > alone.usage.input_tokens + first.usage.output_tokens
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="chat", input="x", previous_response_id="resp_gone")
+
+
 def test_responses_cancel_and_background_errors(client: openai.OpenAI) -> None:
     reply = client.responses.create(model="chat", input="x", max_output_tokens=2)
     with pytest.raises(openai.BadRequestError) as caught:

@@ -572,11 +572,29 @@ class GatewayApp:
                 if ask_for_usage(data):  # the ledger needs the stream's tokens
                     body = orjson.dumps(data)
                     rec.stripper = UsageStripper()
+        others: list[Backend] = []
+        previous = data.get("previous_response_id") if path == RESPONSES_PATH else None
+        if previous is not None:
+            # vLLM keeps the earlier turn in the memory of the replica that made it.
+            owner = self.responses.get(previous) if type(previous) is str else None
+            if owner is None or owner.model != route.name or owner.key_id not in (
+                None, rec.key_id
+            ):  # unknown, another model's, or another key's: as vLLM answers a lost id
+                self._tenancy_done(adm, est, rid, route.name, _Record(), 404, 0.0, stream)
+                self.metrics.series(route.name, "-").count(404)
+                await self._respond(send, 404, response_not_found(str(previous)), rid)
+                return
+            others = [b for b in pool.backends if b.url != owner.url]
         task = asyncio.current_task()
         assert task is not None
         watcher = loop.create_task(_watch_disconnect(receive, task, rec))
         try:
-            backend = pool.try_acquire(ctx)
+            # A continuation goes to the replica holding its previous response when that
+            # one has a free slot; otherwise it is balanced as usual (and that replica
+            # answers vLLM's 404 for the id it does not hold).
+            backend = pool.try_acquire(ctx, exclude=others) if others else None
+            if backend is None:
+                backend = pool.try_acquire(ctx)
             if backend is None:
                 if trace is not None:
                     trace.queued(loop.time())
