@@ -477,3 +477,16 @@ def test_fake_vllm_reads_the_logprob_and_tool_flags() -> None:
     assert config.max_logprobs == 5 and config.enable_auto_tool_choice
     with pytest.raises(SystemExit, match="--enable-auto-tool-choice requires --tool-call-parser"):
         parse_serve_args(["serve", "m", "--enable-auto-tool-choice"])
+
+
+@pytest.mark.parametrize("extra", [
+    {"tools": [{"type": "function"}]},
+    {"tools": [{"type": "retrieval", "function": {"name": "x"}}]},
+    {"response_format": {"type": "yaml"}},
+    {"response_format": {"type": "json_schema", "json_schema": "not an object"}},
+])
+def test_malformed_tools_and_formats_get_the_validation_400(
+    http: httpx.Client, extra: dict[str, Any]
+) -> None:
+    error = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES, **extra}))
+    assert error["type"] == "Bad Request" and "validation error" in error["message"]

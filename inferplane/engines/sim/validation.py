@@ -15,7 +15,7 @@ vLLM allows and ignores them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -59,14 +59,30 @@ class _Sampling(_Model):
     logit_bias: dict[str, float] | None = None
 
 
+class _Function(_Model):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class _Tool(_Model):
+    type: Literal["function"] = "function"
+    function: _Function
+
+
+class _ResponseFormat(_Model):
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
+    json_schema: dict[str, Any] | None = None
+
+
 class _ChatRequest(_Sampling):
     messages: list[_ChatMessage]
     max_completion_tokens: int | None = None
     logprobs: bool | None = False
     top_logprobs: int | None = 0
     tool_choice: str | dict[str, Any] | None = "none"
-    tools: list[dict[str, Any]] | None = None
-    response_format: dict[str, Any] | None = None
+    tools: list[_Tool] | None = None
+    response_format: _ResponseFormat | None = None
 
 
 class _CompletionRequest(_Sampling):
@@ -74,6 +90,7 @@ class _CompletionRequest(_Sampling):
     echo: bool | None = False
     logprobs: int | None = None
     suffix: str | None = None
+    response_format: _ResponseFormat | None = None
 
 
 class _EmbeddingRequest(_Model):
