@@ -171,6 +171,7 @@ class Sampler:
             return None
         point: dict[str, Any] = {
             "t": round(now, 3),
+            "dt_s": round(dt, 6),  # the interval the rates are over
             "models": {
                 m: self._model(m, prev, gateway, dt)
                 for m in sorted({*self.gateway.state.pools, *(r.model for r in replicas)})
