@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from test_gateway_fakes import Harness
 from test_openai_sdk_endpoints import SimFleet, embed_model_dir, start_fleet
 
+from inferplane.engines.sim.host import EngineHandle
 from inferplane.gateway import GatewayConfig, ModelRoute
 from inferplane.gateway.app import GatewayApp, build_app, usage_from
 from inferplane.gateway.routes import MODEL_PATHS, REFUSED, ResponseOwners
@@ -226,14 +227,32 @@ class KeyedFleet:
         return httpx.post(self.fleet.url + path, json=body, headers=headers, timeout=10)
 
 
-@pytest.fixture()
-def keyed(tmp_path: Path) -> Iterator[KeyedFleet]:
+    def rows(self, expected_requests: int) -> dict[str, dict[str, Any]]:
+        """The ledger by key name, once `expected_requests` rows were handed to it."""
+        ledger = self.tenancy.ledger
+        assert ledger is not None
+        h = self.fleet.harness
+        for _ in range(500):  # the handler records usage just after the client has it
+            if ledger.written + ledger.pending >= expected_requests:
+                break
+            h.run(asyncio.sleep(0.01))
+        h.run(ledger.flush())
+        return {r["name"]: r for r in h.run(usage_report(self.store, "key"))}
+
+
+def _keyed(tmp_path: Path, slowdown: float = 1.0) -> KeyedFleet:
     harness = Harness()
     store = harness.run(Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"))
     tenancy = Tenancy(store, auth="auto", refresh_s=0.05, ledger_flush_s=0.05)
-    fleet = start_fleet(embed_model_dir(tmp_path), tenancy, harness=harness)
-    yield KeyedFleet(fleet, store, tenancy)
-    fleet.close()
+    fleet = start_fleet(embed_model_dir(tmp_path), tenancy, harness=harness, slowdown=slowdown)
+    return KeyedFleet(fleet, store, tenancy)
+
+
+@pytest.fixture()
+def keyed(tmp_path: Path) -> Iterator[KeyedFleet]:
+    k = _keyed(tmp_path)
+    yield k
+    k.fleet.close()
 
 
 def test_models_need_a_key_and_follow_its_model_list(keyed: KeyedFleet) -> None:
@@ -285,15 +304,7 @@ def test_responses_are_billed_and_private_to_their_key(keyed: KeyedFleet) -> Non
     assert follow.status_code == 200 and follow.json()["previous_response_id"] == rid
     expected = (expected[0] + follow.json()["usage"]["input_tokens"],
                 expected[1] + follow.json()["usage"]["output_tokens"])  # fmt: skip
-    ledger = keyed.tenancy.ledger
-    assert ledger is not None
-    h = keyed.fleet.harness
-    for _ in range(500):  # the handler records usage just after the client has the answer
-        if ledger.written + ledger.pending >= 4:
-            break
-        h.run(asyncio.sleep(0.01))
-    h.run(ledger.flush())
-    rows = {r["name"]: r for r in h.run(usage_report(keyed.store, "key"))}
+    rows = keyed.rows(4)
     assert rows["alice"]["requests"] == 3
     assert rows["bob"]["requests"] == 1 and rows["bob"]["errors"] == 1
     assert (rows["alice"]["prompt_tokens"], rows["alice"]["completion_tokens"]) == expected
@@ -326,3 +337,35 @@ def test_a_lost_response_mapping_is_a_404(keyed: KeyedFleet) -> None:
     wrong = httpx.delete(keyed.fleet.url + f"/v1/responses/{made['id']}", timeout=10,
                          headers={"Authorization": f"Bearer {key}"})  # fmt: skip
     assert wrong.status_code == 405 and wrong.json()["error"]["message"] == "use GET"
+
+
+def test_a_responses_stream_cut_short_is_billed_for_its_text_deltas(tmp_path: Path) -> None:
+    """The engine's usage never arrives: the bill is the prompt estimate and one token per
+    `response.output_text.delta` relayed, not per SSE event (most carry no token)."""
+    keyed = _keyed(tmp_path, slowdown=200.0)  # slow enough to cut the stream mid-way
+    try:
+        key = keyed.key("cut")
+        body = {"model": "chat", "input": "a long one", "stream": True,
+                "max_output_tokens": 60, "ignore_eos": True}  # fmt: skip
+        raw = b""
+        with httpx.stream("POST", keyed.fleet.url + "/v1/responses", json=body, timeout=30,
+                          headers={"Authorization": f"Bearer {key}"}) as streamed:  # fmt: skip
+            chunks = streamed.iter_bytes()
+            while raw.count(b"event: response.output_text.delta") < 3:
+                raw += next(chunks)
+            app = keyed.fleet.app
+            ended = keyed.fleet.harness.run(_end_in_flight(app, keyed.fleet.engines))
+            assert ended == 1
+            raw += b"".join(chunks)
+        assert b"response.completed" not in raw  # cut short: no usage from the engine
+        assert b"failed mid-stream" in raw
+        deltas = raw.count(b"event: response.output_text.delta")
+        row = keyed.rows(1)["cut"]
+        assert row["completion_tokens"] == deltas
+        assert row["prompt_tokens"] > 0
+    finally:
+        keyed.fleet.close()
+
+
+async def _end_in_flight(app: GatewayApp, engines: list[EngineHandle]) -> int:
+    return sum(app.end_in_flight(e.url, "test: replica killed") for e in engines)

@@ -13,7 +13,7 @@ import pytest
 from test_gateway_fakes import Harness
 
 from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
-from inferplane.engines.sim.config import SimEngineConfig
+from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
 from inferplane.engines.sim.host import EngineHandle, EngineHost
 from inferplane.engines.sim.responses import STORE_ENV
 from inferplane.gateway import GatewayConfig, ModelRoute
@@ -56,12 +56,16 @@ def start_fleet(
     tenancy: Tenancy | None = None,
     store_responses: bool = True,
     harness: Harness | None = None,
+    slowdown: float = 1.0,
 ) -> SimFleet:
     """Two replicas of `chat` (so response ids must find their replica) and one `embed`.
     A tenancy's store must live on `harness`'s loop (the gateway's)."""
+    faults = FaultConfig(slowdown=slowdown)
     configs = [
-        SimEngineConfig(model="sim-chat", max_model_len=2048, eos_after_tokens=16),
-        SimEngineConfig(model="sim-chat", max_model_len=2048, eos_after_tokens=16),
+        SimEngineConfig(model="sim-chat", max_model_len=2048, eos_after_tokens=16,
+                        faults=faults),
+        SimEngineConfig(model="sim-chat", max_model_len=2048, eos_after_tokens=16,
+                        faults=faults),
         SimEngineConfig(model="sim-embed", model_dir=embed_dir, max_model_len=2048),
     ]
     host = EngineHost(configs)
