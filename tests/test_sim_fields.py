@@ -463,7 +463,8 @@ def test_vllm_structured_outputs_and_suffix(http: httpx.Client) -> None:
     both = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES,
                                         "structured_outputs": {"json": SCHEMA,
                                                                "choice": ["a"]}}))
-    assert both["message"].startswith("You can only use one kind of constraints")
+    assert "You can only use one kind of constraints" in both["message"]
+    assert both["type"] == "Bad Request"
     regex = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES,
                                          "structured_outputs": {"regex": "a+"}}))
     assert regex["param"] == "structured_outputs" and "not simulated" in regex["message"]
@@ -490,3 +491,11 @@ def test_malformed_tools_and_formats_get_the_validation_400(
 ) -> None:
     error = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES, **extra}))
     assert error["type"] == "Bad Request" and "validation error" in error["message"]
+
+
+def test_completions_need_a_prompt(http: httpx.Client) -> None:
+    for body in ({"model": "m"}, {"model": "m", "prompt": ""}):
+        error = _error(http.post(COMPLETIONS, json=body))
+        assert error["param"] == "prompt"
+        assert "Either prompt or prompt_embeds must be provided and non-empty." in (
+            error["message"])

@@ -107,9 +107,6 @@ def _structured_outputs(params: dict[str, Any]) -> str | None:
     """vLLM's `structured_outputs` extension: `json` (a schema) and `choice` are simulated."""
     given = [k for k in ("json", "regex", "choice", "grammar", "json_object",
                          "structural_tag") if params.get(k) not in (None, False)]
-    if sum(k in ("json", "regex", "choice") for k in given) > 1:  # vLLM's request check
-        raise ApiError(400, "You can only use one kind of constraints for structured "
-                            "outputs ('json', 'regex' or 'choice').")
     if not given:
         return None
     kind = given[0]
@@ -145,6 +142,16 @@ def _instance(schema: Any) -> Any:
         raise ApiError(400, XGRAMMAR_UNSUPPORTED) from None
 
 
+def _structured_count(body: dict[str, Any], parameter: str | None) -> None:
+    """check_structured_outputs_count: one of json, regex, choice."""
+    params = body.get("structured_outputs")
+    if not isinstance(params, dict):
+        return
+    if sum(params.get(k) is not None for k in ("json", "regex", "choice")) > 1:
+        raise validator_error(body, "You can only use one kind of constraints for structured "
+                              "outputs ('json', 'regex' or 'choice').", parameter=parameter)
+
+
 def chat_validators(body: dict[str, Any]) -> None:
     """ChatCompletionRequest's model validators, in vLLM's order."""
     response_format = body.get("response_format")
@@ -169,6 +176,13 @@ def chat_validators(body: dict[str, Any]) -> None:
                 body, "when using `top_logprobs`, `logprobs` must be set to true.",
                 parameter="top_logprobs",
             )
+    _structured_count(body, None)
+    params = body.get("structured_outputs")
+    constrained = isinstance(params, dict) and any(
+        params.get(k) is not None for k in ("json", "regex", "choice"))
+    if constrained and body.get("tool_choice", "none") not in ("none", "auto", "required"):
+        raise validator_error(body, "You can only either use constraints for structured "
+                              "outputs or tools, not both.")
     _check_tool_usage(body)
 
 
@@ -258,7 +272,12 @@ def chat_fields(body: dict[str, Any], config: SimEngineConfig, vocab_size: int) 
 
 
 def completion_fields(body: dict[str, Any], config: SimEngineConfig, vocab_size: int) -> Fields:
-    """The generation fields of a completions request."""
+    """The generation fields of a completions request (its model validators first)."""
+    _structured_count(body, "structured_outputs")
+    prompt = body.get("prompt")
+    if prompt is None or prompt == "":
+        raise validator_error(body, "Either prompt or prompt_embeds must be provided and "
+                              "non-empty.", parameter="prompt")
     logprobs = body.get("logprobs")
     if logprobs is not None and logprobs < 0 and logprobs != -1:
         raise validator_error(body, "`logprobs` must be a positive value or -1.",
