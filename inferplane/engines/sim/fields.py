@@ -1,7 +1,10 @@
 """The OpenAI request fields that change what the simulator generates, checked as vLLM does.
 
-Two kinds of refusal, both vLLM's (messages from vLLM's source; the checks have the same
-wording from v0.10 through the releases inferplane targets, `DEFAULT_VLLM_VERSION`):
+Two kinds of refusal, both vLLM's. Messages are copied from vLLM's source as indexed
+(main branch, at or after the release inferplane targets, `DEFAULT_VLLM_VERSION` 0.33.0):
+`entrypoints/openai/{chat_completion,completion}/protocol.py`, `sampling_params.py`,
+`pooling_params.py`, `v1/structured_output/backend_xgrammar.py`, the chat and completion
+serving classes. The ` (parameter=..., value=...)` suffix is `VLLMValidationError.__str__`.
 
 * the request models' `model_validator`s (`ChatCompletionRequest.check_logprobs`,
   `check_tool_usage`, `validate_response_format`; `CompletionRequest.check_logprobs`) fail
