@@ -197,7 +197,7 @@ class Generation:
         elif self.fields.echo:
             offset = len(choice.prompt.text or "")
             first = start + len(choice.prompt.pieces or ())
-        offset += len("".join(choice.output.pieces[:start]))
+        offset += choice.output.offset(start)
         return completion_logprobs(tokens, first, k, offset)
 
     async def body(self) -> dict[str, Any]:
@@ -254,7 +254,8 @@ class Generation:
 
     def _chunk(self, choice: _Choice, event: TokenEvent) -> dict[str, Any]:
         output = choice.output
-        end = len(output.text) if event.finished else len(output.visible(event.index + 1))
+        end = len(output.text) if event.finished else min(len(output.text),
+                                                           output.offset(event.index + 1))
         piece, choice.sent = output.text[choice.sent:end], max(choice.sent, end)
         reason = self._finish_reason(choice) if event.finished else None
         model, created, rid = self.sampling.model, self.created, self.request_id

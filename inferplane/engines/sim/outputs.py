@@ -10,11 +10,13 @@ in halving steps, so the top list is sorted, distinct and sums to less than 1.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from inferplane.engines.sim.tokens import FILLER_WORDS, filler_piece
@@ -35,16 +37,25 @@ class Output:
     finish_reason: str
     stop: str | None = None
 
-    @property
+    @cached_property
+    def ends(self) -> tuple[int, ...]:
+        """Character offset where each token ends (streams index it once per token)."""
+        return tuple(itertools.accumulate(len(p) for p in self.pieces))
+
+    @cached_property
     def text(self) -> str:
         text = "".join(self.pieces)
         if self.stop is not None and self.stop in text:
             text = text[: text.index(self.stop)]
         return text
 
+    def offset(self, count: int) -> int:
+        """Characters in the first `count` tokens."""
+        return self.ends[count - 1] if count > 0 else 0
+
     def visible(self, count: int) -> str:
         """The text a client has seen after `count` tokens (a stop string never shows)."""
-        return self.text[: len("".join(self.pieces[:count]))]
+        return self.text[: self.offset(count)]
 
 
 def json_pieces(text: str) -> tuple[str, ...]:
