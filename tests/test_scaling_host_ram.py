@@ -99,3 +99,11 @@ def test_host_memory_gib_must_be_positive() -> None:
         fleet(FLEET.format(ram=", host_memory_gib: 0", day_max=2, day_level=1))
     text = str(err.value)
     assert "host_memory_gib" in text and "0" in text
+
+
+def test_a_model_whose_config_is_not_here_is_left_to_placement() -> None:
+    spec = fleet(FLEET.format(ram=", host_memory_gib: 30", day_max=2, day_level=1).replace(
+        "source: meta-llama--Llama-3.1-8B-Instruct", "source: acme/not-downloaded"))
+    [warning] = [w for w in plan_fleet(spec, time_limit_s=0).warnings
+                 if w.startswith("host-ram:")]
+    assert "day (2 x 15.3 GiB) need 33.6 GiB" in warning and "night" not in warning

@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from inferplane.errors import InferplaneError
 from inferplane.estimator.weights import (
     resolve_dtype,
     resolve_quantization,
@@ -60,6 +61,8 @@ def level1_sleepers(
             continue
         planned = plan.instances_of(name)
         weights = planned[0].weights_bytes if planned else _weights(spec, profiles)
+        if weights is None:  # its config cannot be read here: placing it will say why
+            continue
         sleeper = Sleeper(name, bounds.max_replicas, weights)
         for node in sorted({i.node for i in planned}) if planned else nodes:
             out.setdefault(node, []).append(sleeper)
@@ -128,12 +131,15 @@ def _host_bytes(fleet: FleetSpec, node: str,
     return found[0] if found else None
 
 
-def _weights(model: ModelSpec, profiles: Mapping[str, ModelProfile] | None) -> int:
-    if profiles is not None and model.name in profiles:
-        profile = profiles[model.name]
-    else:
-        assert model.source is not None
-        profile = load_profile(model.source)
-    dtype = resolve_dtype(profile, model.dtype)
-    fmt = weight_format(profile, dtype, resolve_quantization(profile, model.quantization))
+def _weights(model: ModelSpec, profiles: Mapping[str, ModelProfile] | None) -> int | None:
+    try:
+        if profiles is not None and model.name in profiles:
+            profile = profiles[model.name]
+        else:
+            assert model.source is not None
+            profile = load_profile(model.source)
+        dtype = resolve_dtype(profile, model.dtype)
+        fmt = weight_format(profile, dtype, resolve_quantization(profile, model.quantization))
+    except InferplaneError:
+        return None
     return weight_bytes(profile, fmt, 1).total_bytes
