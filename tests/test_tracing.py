@@ -3,6 +3,7 @@ streamed request to a simulated engine, read back from an in-memory OTLP exporte
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -48,6 +49,18 @@ def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
     return {s.name: s for s in spans}
 
 
+def _finished(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+    """The spans by name once the SERVER span ended: it ends just after the response's
+    last message, which the client may see first."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        spans = _by_name(tuple(exporter.get_finished_spans()))
+        if any(s.kind == SpanKind.SERVER for s in spans.values()):
+            return spans
+        time.sleep(0.01)
+    raise AssertionError("the request's SERVER span never ended")
+
+
 def test_streamed_request_spans_and_their_links(harness: Harness, sim: EngineHandle) -> None:  # noqa: F811
     exporter, gateway = _traced(harness, sim.url)
     with http.stream(
@@ -56,7 +69,7 @@ def test_streamed_request_spans_and_their_links(harness: Harness, sim: EngineHan
     ) as r:
         body = r.read()
     assert r.status_code == 200 and body.endswith(b"data: [DONE]\n\n")
-    spans = _by_name(tuple(exporter.get_finished_spans()))
+    spans = _finished(exporter)
     assert set(spans) == {
         "POST /v1/chat/completions", "gateway.admission", "gateway.route",
         "gateway.upstream", "upstream.first_token", "upstream.stream",
@@ -101,7 +114,7 @@ def test_forwarded_traceparent_names_the_upstream_span(harness: Harness) -> None
     version, trace_id, span_id, flags = sent["traceparent"].split("-")
     assert (version, trace_id, flags) == ("00", CLIENT_TRACE, "01")
     assert span_id != CLIENT_SPAN  # a new child span id: the gateway's upstream span
-    upstream = _by_name(tuple(exporter.get_finished_spans()))["gateway.upstream"]
+    upstream = _finished(exporter)["gateway.upstream"]
     assert span_id == format(upstream.context.span_id, "016x")
     assert sent["tracestate"] == "vendor=1"
 
@@ -110,7 +123,7 @@ def test_without_a_client_traceparent_the_gateway_starts_the_trace(harness: Harn
     engine: FakeEngine = harness.engine("m")
     exporter, gateway = _traced(harness, engine.url)
     http.post(gateway + "/v1/completions", json={"model": "m", "prompt": "x"})
-    spans = _by_name(tuple(exporter.get_finished_spans()))
+    spans = _finished(exporter)
     root = spans["POST /v1/completions"]
     assert root.parent is None
     _, trace_id, _, _ = engine.headers[-1]["traceparent"].split("-")
@@ -122,7 +135,7 @@ def test_a_refused_request_still_gets_its_server_span(harness: Harness) -> None:
     exporter, gateway = _traced(harness, engine.url)
     r = http.post(gateway + "/v1/completions", json={"model": "nope", "prompt": "x"})
     assert r.status_code == 404
-    spans = _by_name(tuple(exporter.get_finished_spans()))
+    spans = _finished(exporter)
     assert set(spans) == {"POST /v1/completions", "gateway.admission"}
     assert spans["POST /v1/completions"].attributes["http.response.status_code"] == 404
 
@@ -188,3 +201,22 @@ def test_fleet_file_tracing_settings(tmp_path: object) -> None:
         assert field in info.value.render()
     with pytest.raises(InferplaneError, match="sample_ratio"):
         TracingConfig(sample_ratio=1.5)
+
+
+def test_an_unsampled_request_makes_no_spans_and_says_so_downstream(harness: Harness) -> None:  # noqa: F811
+    engine: FakeEngine = harness.engine("m")
+    exporter = InMemorySpanExporter()
+    _, gateway = harness.gateway(GatewayConfig(
+        models=(ModelRoute("m", endpoints=(engine.url,)),), access_log=False,
+        tracing=TracingConfig(exporter=exporter, sample_ratio=0.0),
+    ))  # fmt: skip
+    assert http.post(gateway + "/v1/completions", json={"model": "m", "prompt": "x"}).is_success
+    version, trace_id, _, flags = engine.headers[-1]["traceparent"].split("-")
+    assert version == "00" and len(trace_id) == 32
+    assert int(flags, 16) & 1 == 0  # the sampled bit is off (0x02: W3C's random-id flag)
+    unsampled_parent = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00"
+    http.post(gateway + "/v1/completions", json={"model": "m", "prompt": "x"},
+              headers={"traceparent": unsampled_parent})  # fmt: skip
+    assert engine.headers[-1]["traceparent"].split("-")[1] == CLIENT_TRACE
+    time.sleep(0.1)
+    assert exporter.get_finished_spans() == ()

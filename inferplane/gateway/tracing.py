@@ -142,6 +142,7 @@ class Tracing:
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
             from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+            from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
             from opentelemetry.trace.propagation.tracecontext import (
                 TraceContextTextMapPropagator,
             )
@@ -165,6 +166,11 @@ class Tracing:
             self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint)))
         self.tracer: Tracer = self.provider.get_tracer("inferplane.gateway")
         self.propagator = TraceContextTextMapPropagator()
+        # Bound once: an import statement per span would cost on every request.
+        self.in_context = set_span_in_context
+        self.server_kind = SpanKind.SERVER
+        self.client_kind = SpanKind.CLIENT
+        self.error_status = lambda why: Status(StatusCode.ERROR, why)
 
     async def serve(
         self, handler: Handler, scope: Scope, receive: Receive, send: Send, path: str
@@ -200,6 +206,7 @@ class RequestTrace:
 
     __slots__ = (
         "_offset",
+        "_recording",
         "_root",
         "_t0",
         "_t_admitted",
@@ -213,8 +220,6 @@ class RequestTrace:
     )
 
     def __init__(self, tracing: Tracing, scope: Scope, path: str) -> None:
-        from opentelemetry.trace import SpanKind
-
         self._tracing = tracing
         carrier: dict[str, str] = {}
         for name, value in scope["headers"]:
@@ -226,7 +231,7 @@ class RequestTrace:
         # The proxy reads the event loop's monotonic clock; map it onto wall-clock ns.
         self._offset = now_ns - int(self._t0 * 1e9)
         self._root: Span = tracing.tracer.start_span(
-            f"{scope['method']} {path}", context=parent, kind=SpanKind.SERVER,
+            f"{scope['method']} {path}", context=parent, kind=tracing.server_kind,
             start_time=now_ns,
             attributes={"http.request.method": scope["method"], "url.path": path},
         )
@@ -235,14 +240,15 @@ class RequestTrace:
         self._t_routed: float | None = None
         self._t_sent: float | None = None
         self._upstream: Span | None = None
+        # Not sampled: no phase spans at all, and the engine gets the root's context
+        # (sampled flag off) instead of an upstream span's.
+        self._recording = self._root.is_recording()
         self.status = 0
         self.error: str | None = None
 
     def _child(self, name: str, start: float, end: float, parent: Span | None = None,
                **attributes: Any) -> None:  # fmt: skip
-        from opentelemetry.trace import set_span_in_context
-
-        ctx = set_span_in_context(parent or self._root)
+        ctx = self._tracing.in_context(parent or self._root)
         span = self._tracing.tracer.start_span(
             name, context=ctx, start_time=_ns(start, self._offset), attributes=attributes
         )
@@ -263,18 +269,20 @@ class RequestTrace:
     def upstream(self, t_sent: float, replica: str, url: str) -> bytes:
         """Start the CLIENT span of the call to the engine; the header lines that carry it
         (`traceparent` with this span's id, and the client's `tracestate`)."""
-        from opentelemetry.trace import SpanKind, set_span_in_context
-
+        tracing = self._tracing
+        carrier: dict[str, str] = {}
+        if not self._recording:
+            tracing.propagator.inject(carrier, context=tracing.in_context(self._root))
+            return b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in carrier.items())
         if self._upstream is None:
             self._t_sent = t_sent
-            self._upstream = self._tracing.tracer.start_span(
-                "gateway.upstream", context=set_span_in_context(self._root),
-                kind=SpanKind.CLIENT, start_time=_ns(t_sent, self._offset),
+            self._upstream = tracing.tracer.start_span(
+                "gateway.upstream", context=tracing.in_context(self._root),
+                kind=tracing.client_kind, start_time=_ns(t_sent, self._offset),
             )
         self._upstream.set_attribute("inferplane.replica", replica)
         self._upstream.set_attribute("server.address", url)
-        carrier: dict[str, str] = {}
-        self._tracing.propagator.inject(carrier, context=set_span_in_context(self._upstream))
+        tracing.propagator.inject(carrier, context=tracing.in_context(self._upstream))
         return b"".join(
             f"{name}: {value}\r\n".encode("latin-1") for name, value in carrier.items()
         )
@@ -283,6 +291,8 @@ class RequestTrace:
                stream: bool, retries: int, prompt_tokens: int,
                completion_tokens: int) -> None:  # fmt: skip
         """The request is done: build the phase spans and end the upstream span."""
+        if not self._recording:
+            return
         root = self._root
         root.set_attribute("inferplane.request_id", request_id)
         root.set_attribute("inferplane.replica", replica)
@@ -307,17 +317,17 @@ class RequestTrace:
                 if stream:
                     self._child("upstream.stream", first_byte, max(first_byte, t_end), up)
             if status >= 500:
-                from opentelemetry.trace import Status, StatusCode
-
-                up.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+                up.set_status(self._tracing.error_status(f"HTTP {status}"))
             up.end(end_time=_ns(t_end, self._offset))
             self._upstream = None
 
     def end(self) -> None:
         """End the SERVER span (also for requests refused before routing)."""
-        from opentelemetry.trace import Status, StatusCode
-
         root = self._root
+        if not self._recording:
+            root.end()
+            return
+        error = self._tracing.error_status
         if self._t_admitted is None:  # refused before routing (bad body, key, model)
             self._child("gateway.admission", self._t0, asyncio.get_running_loop().time())
         if self._upstream is not None:  # cancelled before `finish`
@@ -326,7 +336,7 @@ class RequestTrace:
         if self.status:
             root.set_attribute("http.response.status_code", self.status)
         if self.error is not None:
-            root.set_status(Status(StatusCode.ERROR, self.error))
+            root.set_status(error(self.error))
         elif self.status >= 500:
-            root.set_status(Status(StatusCode.ERROR, f"HTTP {self.status}"))
+            root.set_status(error(f"HTTP {self.status}"))
         root.end()
