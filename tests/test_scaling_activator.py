@@ -50,6 +50,12 @@ async def test_a_request_to_a_service_with_no_pod_is_held_until_one_answers() ->
         assert ready.status_code == 503
         assert ready.json() == {"status": "not ready", "models_without_replicas": ["day"],
                                 "models_waking_on_request": ["night"]}
+        # an autoscaled model whose activator declines (replicas exist, none healthy: the
+        # supervisor's business, requests get 503) is not counted as waking
+        app.state.pools["day"].activator = lambda: False
+        ready = await _get(asgi, "/ready")
+        assert ready.status_code == 503 and ready.json()["models_without_replicas"] == ["day"]
+        app.state.pools["day"].activator = None
         app.state.pools["day"].backends[0].ready = True
         activator.start()
         transport = httpx.ASGITransport(app=asgi)

@@ -444,15 +444,17 @@ class GatewayApp:
             await send({"type": "websocket.close", "code": 1008})
 
     async def _ready(self, send: Send) -> None:
-        # A model with no awake replica but an activator (scaled to zero or asleep, woken
-        # by the autoscaler on request) is served: its requests are held, then answered.
-        # A readiness probe or load balancer that took this gateway out for it would turn
+        # A model with no awake replica whose activator says one starts or wakes on demand
+        # (scaled to zero or asleep) is served: its requests are held, then answered. A
+        # readiness probe or load balancer that took this gateway out for it would turn
         # the wake into the 503 that scale-from-zero exists to avoid (docs/scaling.md).
+        # Asking starts nothing by itself: the autoscaler acts on held requests.
         missing: list[str] = []
         waking: list[str] = []
         for name, pool in self.state.pools.items():
             if not pool.any_routable():
-                (waking if pool.activator is not None else missing).append(name)
+                wakes = pool.activator is not None and pool.activator()
+                (waking if wakes else missing).append(name)
         body: dict[str, Any] = {"status": "not ready" if missing else "ready"}
         if missing:
             body["models_without_replicas"] = missing
