@@ -36,13 +36,38 @@ class Calibration:
 
 
 # Fitted on the calibration split of tests/data/vllm_perf by `benchmarks/sim_fidelity.py --fit`
-# (grid search); the held-out split measures the error (docs/simulator.md).
+# (grid search); the held-out split measures the error (docs/simulator.md). Used for GPUs
+# without measured constants below.
 DEFAULT_CALIBRATION = Calibration(
     bandwidth_efficiency=0.70,
     compute_efficiency=0.35,
     step_overhead_s=0.001,
     per_seq_overhead_s=2.0e-5,
 )
+
+# Per GPU where published sweeps exist: fitted on the `train` points (10 and 160 concurrent
+# requests; Llama-3 8B TP1 and 70B TP4 together) of benchmarks/data/vllm_concurrency.json
+# by `benchmarks/sim_fidelity.py --fit-gpu`; its `holdout` points (40, 80, 640) measure the
+# error (docs/bench.md). A100s reach a larger fraction of their (lower) peak FLOPs in
+# prefill than H100s. The per-sequence cost is held at 10 us, not fitted (see the script).
+GPU_CALIBRATION: dict[str, Calibration] = {
+    "H100-SXM-80GB": Calibration(
+        bandwidth_efficiency=0.75, compute_efficiency=0.35, step_overhead_s=0.001,
+        per_seq_overhead_s=1.0e-5,
+    ),
+    "A100-SXM-80GB": Calibration(
+        bandwidth_efficiency=0.65, compute_efficiency=0.45, step_overhead_s=0.0005,
+        per_seq_overhead_s=1.0e-5,
+    ),
+}
+
+
+def calibration_for(gpu_name: str, calibration: Calibration = DEFAULT_CALIBRATION) -> Calibration:
+    """The constants an engine on `gpu_name` runs with: an explicit calibration as given;
+    the shipped default replaced by the GPU's measured one where there is one."""
+    if calibration is DEFAULT_CALIBRATION:
+        return GPU_CALIBRATION.get(gpu_name, DEFAULT_CALIBRATION)
+    return calibration
 
 
 @dataclass(frozen=True)
@@ -102,6 +127,10 @@ class StepTimeModel:
     calibration: Calibration = DEFAULT_CALIBRATION
     use_fp8_compute: bool = False  # fp8 weights on a GPU with fp8 tensor cores
     slowdown: float = 1.0  # fault injection: multiply every step
+
+    def __post_init__(self) -> None:
+        # The shipped default stands for "the measured constants of this GPU, if any".
+        object.__setattr__(self, "calibration", calibration_for(self.gpu.name, self.calibration))
 
     def step_time_s(self, shape: StepShape) -> float:
         """Seconds one step of this shape takes; 0 for an empty step."""
