@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
+import pytest_asyncio
+import yaml
 from typer.testing import CliRunner
 
 from inferplane.cli.main import _register_commands, app
@@ -26,8 +30,14 @@ FAST = SupervisorSettings(
 RID = "trace-me-1"
 
 
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+# One fleet for the module (its start is most of the cost); the test that removes a
+# replica runs last.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def runtime(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runtime]:
+    tmp_path = tmp_path_factory.mktemp("fleet")
     source = ROOT / "tests/data/models/Qwen--Qwen2.5-7B-Instruct"
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
@@ -108,6 +118,60 @@ async def test_trace_joins_access_log_engine_log_and_ledger(runtime: Runtime) ->
     code, out = await asyncio.to_thread(_trace, state, "no-such-request")
     assert code == 2
     assert "not in the fleet's logs" in out and "gateway-access.log" in out
+
+
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None,
+    reason="prometheus is not installed (Debian: apt-get install prometheus)",
+)
+async def test_prometheus_scrapes_the_gateway_and_every_engine(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """The written config run by a real Prometheus: both jobs up, every rule loaded, and
+    the engine series carry the labels the rules select on."""
+    mon = runtime.monitoring_dir
+    config = yaml.safe_load((mon / "prometheus.yml").read_text())
+    config["global"]["scrape_interval"] = "1s"  # the first scrape at once, not within 15 s
+    (mon / "fast.yml").write_text(yaml.safe_dump(config))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = await asyncio.create_subprocess_exec(
+        "prometheus", f"--config.file={mon / 'fast.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    api = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            async def healthy() -> dict[str, str]:
+                while True:
+                    try:
+                        data = (await http.get(api + "/targets")).json()["data"]
+                        health = {t["labels"]["pod"]: t["health"]
+                                  for t in data["activeTargets"]}  # fmt: skip
+                        if len(health) == 3 and set(health.values()) == {"up"}:
+                            return health
+                    except (httpx.HTTPError, KeyError, ValueError):
+                        pass
+                    await asyncio.sleep(0.2)
+
+            health = await asyncio.wait_for(healthy(), 30)
+            assert set(health) == {"gateway", "chat-0", "chat-1"}
+            groups = (await http.get(api + "/rules")).json()["data"]["groups"]
+            expected = yaml.safe_load((mon / "rules.yml").read_text())["groups"]
+            assert sum(len(g["rules"]) for g in groups) == sum(len(g["rules"]) for g in expected)
+            query = 'vllm:kv_cache_usage_perc{namespace="inferplane"}'
+            for _ in range(50):
+                result = (await http.get(api + "/query", params={"query": query})).json()
+                pods = {r["metric"]["pod"] for r in result["data"]["result"]}
+                if pods == {"chat-0", "chat-1"}:
+                    break
+                await asyncio.sleep(0.2)
+            assert pods == {"chat-0", "chat-1"}
+    finally:
+        proc.terminate()
+        await proc.wait()
 
 
 async def test_monitoring_targets_follow_the_replicas(runtime: Runtime) -> None:
