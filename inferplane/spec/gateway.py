@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, StrictBool, StrictStr
+from pydantic import Field, StrictBool, StrictStr, field_validator
+from pydantic_core import PydanticCustomError
 
 from inferplane.spec.base import SpecModel
 from inferplane.spec.types import NonNegativeInt, PositiveFloat, PositiveInt
@@ -16,6 +18,7 @@ DEFAULT_CONNECT_S = 10.0
 DEFAULT_FIRST_BYTE_S = 600.0  # includes the engine's own queue and a long prefill
 DEFAULT_IDLE_S = 120.0  # longest gap between streamed chunks
 DEFAULT_TOTAL_S = 3600.0
+_HTTP_URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
 
 
 class GatewayTimeouts(SpecModel):
@@ -46,10 +49,21 @@ class GatewayTracing(SpecModel):
     # The collector, e.g. http://localhost:4318 (/v1/traces is added when there is no
     # path). None: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else
     # the OTLP default http://localhost:4318/v1/traces.
-    otlp_endpoint: StrictStr | None = Field(default=None, pattern=r"^https?://[^/\s]+")
+    otlp_endpoint: StrictStr | None = None
     service_name: StrictStr = Field(default="inferplane-gateway", min_length=1)
     # The share of new traces kept; a client's traceparent decides for its own requests.
     sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not _HTTP_URL.match(value):
+            raise PydanticCustomError(
+                "otlp_endpoint",
+                "not an http(s) URL of an OTLP/HTTP collector",
+                {"fix": "e.g. http://localhost:4318 (the path /v1/traces is added)"},
+            )
+        return value
 
 
 class GatewaySpec(SpecModel):
