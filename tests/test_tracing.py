@@ -220,3 +220,30 @@ def test_an_unsampled_request_makes_no_spans_and_says_so_downstream(harness: Har
     assert engine.headers[-1]["traceparent"].split("-")[1] == CLIENT_TRACE
     time.sleep(0.1)
     assert exporter.get_finished_spans() == ()
+
+
+def test_tracing_refuses_clearly_without_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from inferplane.gateway.tracing import Tracing
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.resources", None)  # ImportError
+    with pytest.raises(InferplaneError, match=r"pip install 'inferplane\[tracing\]'"):
+        Tracing(TracingConfig())
+
+
+def test_opentelemetry_is_imported_only_when_tracing_is_on() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from inferplane.cli.main import _register_commands\n"
+        "_register_commands()\n"
+        "import inferplane.gateway.app, inferplane.runtime.runner\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
