@@ -166,7 +166,10 @@ def test_console_refuses_without_the_admin_token(browser: WebDriver, fleet: Flee
     assert browser.find_elements(By.ID, "login") and not browser.find_elements(By.CLASS_NAME, "gpu")
     browser.find_element(By.ID, "token").send_keys("not-the-token")
     browser.find_element(By.CSS_SELECTOR, "#login button").click()
-    assert "wrong admin token" in browser.find_element(By.CLASS_NAME, "error").text
+    # a click does not wait for the page it submits to: wait for the answer
+    error = until(lambda: browser.find_elements(By.CSS_SELECTOR, ".login .error"),
+                  what="the sign-in error")  # fmt: skip
+    assert "wrong admin token" in error[0].text
     shot(browser, fleet, "login")
     sign_in(browser, fleet)
 
@@ -282,8 +285,9 @@ def test_charts_update_while_load_runs(browser: WebDriver, fleet: Fleet) -> None
         kv = until(lambda: (lambda c: c if c and any((v or 0) > 0 for v in c[1].values())
                             else None)(chart("KV-cache usage")), 10, "KV usage under load")
         assert set(kv[1]) <= {"chat-0", "chat-1"}
-        tokens = chart("tokens/s")
-        assert tokens is not None and (tokens[1].get("gateway (prompt+completion)") or 0) > 0
+        # tokens are counted as requests finish: some seconds have none
+        until(lambda: (lambda c: c and (c[1].get("gateway (prompt+completion)") or 0) > 0)(
+            chart("tokens/s")), 10, "tokens/s above zero")  # fmt: skip
         shot(browser, fleet, "charts")
     finally:
         stop.set()

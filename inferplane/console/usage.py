@@ -2,7 +2,7 @@
 ledger, with each row's share of what the fleet's GPUs cost while it ran.
 
 Cost is self-hosted cost, not a price list: the planned cards' rental price per hour
-(`inferplane/bench/prices.yaml`, the table `inferplane bench --cost` uses) times the hours
+(`inferplane/bench/prices.yaml`, the list `inferplane capacity` prices fleets with) times the hours
 this fleet has run inside the window, split between rows by their share of the tokens.
 A day row gets that day's hours. Without a plan (no `gpus:`) or a price for a card type,
 cost is null and the reason is given.

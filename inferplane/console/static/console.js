@@ -30,6 +30,12 @@
                                                    p.models[m].errors_per_s)],
   ];
 
+  // Three significant digits: 0.0005 / 0.001 / 0.0015, not 0.001 three times.
+  function tick(v) {
+    if (v === null || v === undefined) return "";
+    return Math.abs(v) >= 100 ? v.toFixed(0) : String(+v.toPrecision(3));
+  }
+
   function sum(values) { return values.reduce((a, b) => a + (b || 0), 0); }
 
   function perReplica(p, model, field, base, suffix) {
@@ -82,10 +88,12 @@
             scales: { x: { time: true } },
             series: [{}].concat(labels.map((l, j) => ({
               label: l, stroke: PALETTE[j % PALETTE.length], width: 1.5, spanGaps: false }))),
-            axes: [{}, { size: 56 }],
+            axes: [{}, { size: 56, values: (u, ticks) => ticks.map(tick) }],
           }, data, c.el);
         } else {
           c.plot.setData(data);
+          const width = chartWidth();
+          if (Math.abs(c.plot.width - width) > 2) c.plot.setSize({ width, height: 200 });
         }
         const last = rows.length ? rows[rows.length - 1] : {};
         c.el.dataset.points = String(usable.length);
