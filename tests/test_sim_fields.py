@@ -499,3 +499,10 @@ def test_completions_need_a_prompt(http: httpx.Client) -> None:
         assert error["param"] == "prompt"
         assert "Either prompt or prompt_embeds must be provided and non-empty." in (
             error["message"])
+
+
+def test_continuous_usage_stats_put_usage_on_every_chunk(http: httpx.Client) -> None:
+    events = _events(http.post(COMPLETIONS, json={
+        "model": "m", "prompt": "x", "max_tokens": 3, "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}))
+    assert [e["usage"]["completion_tokens"] for e in events] == [1, 2, 3, 3]

@@ -241,16 +241,24 @@ class Generation:
         try:
             if self.chat:
                 for choice in self.choices:
-                    yield _sse(chat_chunk(rid, model, created, choice.index,
-                                          {"role": "assistant", "content": ""}, None))
+                    chunk = chat_chunk(rid, model, created, choice.index,
+                                       {"role": "assistant", "content": ""}, None)
+                    yield _sse(self._with_usage(chunk, choice, 0))
             async for choice, event in self._events():
-                yield _sse(self._chunk(choice, event))
+                yield _sse(self._with_usage(self._chunk(choice, event), choice, event.index + 1))
             if self.sampling.include_usage:
                 obj = "chat.completion.chunk" if self.chat else "text_completion"
                 yield _sse(usage_chunk(rid, model, created, obj, self._usage()))
             yield b"data: [DONE]\n\n"
         finally:
             self.close()
+
+    def _with_usage(self, chunk: dict[str, Any], choice: _Choice, tokens: int
+                    ) -> dict[str, Any]:
+        """vLLM's continuous_usage_stats: every chunk carries its choice's usage so far."""
+        if self.sampling.continuous_usage:
+            chunk["usage"] = usage(len(choice.prompt.ids), tokens, 0)
+        return chunk
 
     def _chunk(self, choice: _Choice, event: TokenEvent) -> dict[str, Any]:
         output = choice.output

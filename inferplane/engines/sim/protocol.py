@@ -42,6 +42,7 @@ class SamplingRequest:
     max_tokens: int | None
     ignore_eos: bool
     stop: list[str]
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
 
 
 def _int_field(body: dict[str, Any], name: str) -> int | None:
@@ -77,6 +78,8 @@ def parse_sampling(body: dict[str, Any], *, chat: bool) -> SamplingRequest:
         model=model,
         stream=stream,
         include_usage=bool(options.get("include_usage", False)),
+        continuous_usage=bool(options.get("include_usage", False))
+        and bool(options.get("continuous_usage_stats", False)),
         max_tokens=max_tokens,
         ignore_eos=bool(body.get("ignore_eos", False)),
         stop=stop,
