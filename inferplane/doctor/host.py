@@ -117,8 +117,6 @@ class LocalHost:
         return done / MIB / elapsed if done and elapsed > 0 else None
 
     def dir_unwritable(self, path: Path) -> str | None:
-        import tempfile
-
         target = path
         while not target.exists():  # `up` creates the missing levels
             if target.parent == target:
@@ -126,11 +124,9 @@ class LocalHost:
             target = target.parent
         if not target.is_dir():
             return f"{target} is not a directory"
-        try:
-            with tempfile.NamedTemporaryFile(dir=target, prefix=".inferplane-doctor-"):
-                pass
-        except OSError as exc:
-            return f"cannot create a file in {target}: {exc.strerror or exc}"
+        # access(2) also answers EROFS for a read-only mount; doctor itself writes nothing
+        if not os.access(target, os.W_OK | os.X_OK):
+            return f"this user cannot create files in {target} (permissions or read-only)"
         return None
 
     def port_free(self, host: str, port: int) -> bool:
