@@ -34,6 +34,8 @@ def test_bench_a_url_writes_json_and_csv(tmp_path: Path) -> None:
     with (tmp_path / "requests.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 6 and all(r["success"] == "True" for r in rows)
+    sent = sorted(float(r["sent_ms"]) for r in rows)  # when each was sent, from the first
+    assert sent[0] == 0.0 and sent[1] < sent[2]  # two clients start together, then refill
     assert json.loads((tmp_path / "bench.json").read_text())["run"]["completed"] == 6
 
 

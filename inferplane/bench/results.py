@@ -9,15 +9,21 @@ from typing import Any
 
 from inferplane.bench.load import RunResult, Sweep
 
-REQUEST_COLUMNS = ("model", "success", "prompt_tokens", "output_tokens", "ttft_ms", "tpot_ms",
-                   "e2el_ms", "itl_mean_ms", "error")
+REQUEST_COLUMNS = ("model", "success", "sent_ms", "prompt_tokens", "output_tokens", "ttft_ms",
+                   "tpot_ms", "e2el_ms", "itl_mean_ms", "error")
 
 
 def request_rows(run: RunResult) -> list[dict[str, Any]]:
+    """One row per request; `sent_ms` is when it was sent, after the run's first request
+    (arrival patterns: how many requests a closed loop sends together)."""
+    sent = [r.start_s for r in run.results if r.start_s]
+    first = min(sent) if sent else 0.0
     rows = []
     for r in run.results:
         rows.append({
-            "model": r.model, "success": r.success, "prompt_tokens": r.prompt_tokens,
+            "model": r.model, "success": r.success,
+            "sent_ms": round((r.start_s - first) * 1000, 3) if r.start_s else "",
+            "prompt_tokens": r.prompt_tokens,
             "output_tokens": r.output_tokens, "ttft_ms": round(r.ttft_s * 1000, 3),
             "tpot_ms": round(r.tpot_s * 1000, 3), "e2el_ms": round(r.latency_s * 1000, 3),
             "itl_mean_ms": round(sum(r.itl_s) / len(r.itl_s) * 1000, 3) if r.itl_s else 0.0,
