@@ -18,7 +18,7 @@ DEFAULT_CONNECT_S = 10.0
 DEFAULT_FIRST_BYTE_S = 600.0  # includes the engine's own queue and a long prefill
 DEFAULT_IDLE_S = 120.0  # longest gap between streamed chunks
 DEFAULT_TOTAL_S = 3600.0
-_HTTP_URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
+_HTTP_URL = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/\s:\[\]]+)(:\d+)?(/\S*)?$")
 
 
 class GatewayTimeouts(SpecModel):
