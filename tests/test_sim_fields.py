@@ -506,3 +506,27 @@ def test_continuous_usage_stats_put_usage_on_every_chunk(http: httpx.Client) -> 
         "model": "m", "prompt": "x", "max_tokens": 3, "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True}}))
     assert [e["usage"]["completion_tokens"] for e in events] == [1, 2, 3, 3]
+
+
+def test_prompt_logprobs(http: httpx.Client) -> None:
+    reply = http.post(COMPLETIONS, json={"model": "m", "prompt": "alpha beta gamma",
+                                         "max_tokens": 1, "prompt_logprobs": 2}).json()
+    scored = reply["choices"][0]["prompt_logprobs"]
+    assert len(scored) == reply["usage"]["prompt_tokens"] and scored[0] is None
+    for entry in scored[1:]:
+        ranks = sorted(e["rank"] for e in entry.values())
+        assert ranks[0] == 1 and len(entry) <= 3
+        assert all(e["logprob"] <= 0 for e in entry.values())
+    own = [next(e for e in entry.values() if e["rank"] == 1)["decoded_token"]
+           for entry in scored[1:]]
+    assert "alpha beta gamma".endswith("".join(own))
+    chat = http.post(CHAT, json={"model": "m", "messages": MESSAGES, "max_tokens": 1,
+                                 "prompt_logprobs": 0}).json()
+    assert len(chat["prompt_logprobs"]) == chat["usage"]["prompt_tokens"]
+    streamed = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES, "stream": True,
+                                            "prompt_logprobs": 1}))
+    assert "`prompt_logprobs` are not available when `stream=True`." in streamed["message"]
+    over = _error(http.post(COMPLETIONS, json={"model": "m", "prompt": "x",
+                                               "prompt_logprobs": 21}))
+    assert over["message"] == ("Requested prompt logprobs of 21, which is greater than max "
+                               "allowed: 20 (parameter=prompt_logprobs, value=21)")

@@ -25,7 +25,7 @@ from inferplane.engines.sim.metrics import CONTENT_TYPE
 from inferplane.engines.sim.protocol import ApiError, SamplingRequest, parse_sampling, usage
 from inferplane.engines.sim.responses import ResponsesApi
 from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
-from inferplane.engines.sim.tokens import chat_prompt_ids
+from inferplane.engines.sim.tokens import render_chat
 from inferplane.engines.sim.validation import validate_request
 
 # vLLM's request log line (`--enable-log-requests`), so a request id is found in the
@@ -234,7 +234,10 @@ class EngineApp:
         parts = self.engine.parts
         fields = chat_fields(body, parts.config, parts.profile.vocab_size)
         await self._count_request()
-        prompt = Prompt(chat_prompt_ids(self.engine.parts.tokenizer, messages))
+        tokenizer = parts.tokenizer
+        text = render_chat(tokenizer.chat_family, messages)
+        pieces = tuple(tokenizer.pieces(text)) if fields.prompt_logprobs is not None else None
+        prompt = Prompt(tokenizer.encode(text), text, pieces)
         return await self._generate(request, [prompt], sampling, fields, chat=True)
 
     async def completions(self, request: Request) -> Response:
@@ -247,7 +250,8 @@ class EngineApp:
         fields = completion_fields(
             body, self.engine.parts.config, self.engine.parts.profile.vocab_size
         )
-        prompts = self._prompts(body.get("prompt"), echo=fields.echo)
+        prompts = self._prompts(body.get("prompt"), echo=fields.echo,
+                                pieces=fields.prompt_logprobs is not None)
         await self._count_request()
         return await self._generate(request, prompts, sampling, fields, chat=False)
 
@@ -275,28 +279,33 @@ class EngineApp:
         """One prompt's ids (embeddings inputs): a string or a list of token ids."""
         return self._prompt(prompt, echo=False).ids
 
-    def _prompts(self, prompt: Any, *, echo: bool) -> list[Prompt]:
+    def _prompts(self, prompt: Any, *, echo: bool, pieces: bool = False) -> list[Prompt]:
         """A completions `prompt`: a string, token ids, or a list of either (one choice set
         per prompt, as vLLM's batched completions)."""
         if isinstance(prompt, list) and prompt and all(
             isinstance(p, (str, list)) for p in prompt
         ):
-            return [self._prompt(p, echo=echo) for p in prompt]
-        return [self._prompt(prompt, echo=echo)]
+            return [self._prompt(p, echo=echo, pieces=pieces) for p in prompt]
+        return [self._prompt(prompt, echo=echo, pieces=pieces)]
 
-    def _prompt(self, prompt: Any, *, echo: bool) -> Prompt:
+    def _prompt(self, prompt: Any, *, echo: bool, pieces: bool = False) -> Prompt:
+        """One prompt; with `echo` or `pieces` also the text of each token."""
         tokenizer = self.engine.parts.tokenizer
         if isinstance(prompt, str):
             ids = tokenizer.encode(prompt)
-            return Prompt(ids, prompt, tuple(tokenizer.pieces(prompt)) if echo else None)
+            text_pieces = tuple(tokenizer.pieces(prompt)) if echo or pieces else None
+            return Prompt(ids, prompt, text_pieces)
         if isinstance(prompt, list) and prompt and all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompt
         ):
             ids = list(prompt)
-            if not echo:
+            if not echo and not pieces:
                 return Prompt(ids)
-            pieces = [tokenizer.decode([t]) for t in ids]
-            if any(piece is None for piece in pieces):
+            decoded = [tokenizer.decode([t]) for t in ids]
+            if not echo:  # prompt_logprobs: decoded_token stays None where unknown
+                known = all(piece is not None for piece in decoded)
+                return Prompt(ids, None, tuple(str(p) for p in decoded) if known else None)
+            if any(piece is None for piece in decoded):
                 raise ApiError(
                     400,
                     "echo of a token-id prompt needs the model's tokenizer to decode it; "
@@ -306,7 +315,7 @@ class EngineApp:
                     "echo",
                 )
             text = tokenizer.decode(ids) or ""
-            return Prompt(ids, text, tuple(str(piece) for piece in pieces))
+            return Prompt(ids, text, tuple(str(piece) for piece in decoded))
         raise ApiError(
             400, "prompt must be a string, a list of token ids, or a list of those", "prompt"
         )

@@ -52,6 +52,7 @@ class Fields:
     echo: bool = False
     json_text: str | None = None  # the forced JSON text (response_format), else None
     tool: ToolCall | None = None
+    prompt_logprobs: int | None = None  # vLLM's prompt_logprobs: top-k per prompt token
 
 
 def _n(body: dict[str, Any]) -> int:
@@ -64,18 +65,42 @@ def _n(body: dict[str, Any]) -> int:
     return n
 
 
-def _check_max_logprobs(requested: int, config: SimEngineConfig, vocab_size: int) -> int:
+def _check_max_logprobs(
+    requested: int, config: SimEngineConfig, vocab_size: int, *, prompt: bool = False
+) -> int:
     """SamplingParams._validate_logprobs: -1 means the whole vocabulary."""
     limit = vocab_size if config.max_logprobs == -1 else config.max_logprobs
     count = vocab_size if requested == -1 else requested
+    kind, parameter = ("prompt", "prompt_logprobs") if prompt else ("sample", "logprobs")
     if count > limit:
         raise ApiError(
             400,
-            f"Requested sample logprobs of {count}, which is greater than max allowed: "
-            f"{limit} (parameter=logprobs, value={count})",
-            "logprobs",
+            f"Requested {kind} logprobs of {count}, which is greater than max allowed: "
+            f"{limit} (parameter={parameter}, value={count})",
+            parameter,
         )
     return count
+
+
+def _check_prompt_logprobs(body: dict[str, Any]) -> None:
+    """The prompt_logprobs part of both request models' check_logprobs."""
+    value = body.get("prompt_logprobs")
+    if value is None:
+        return
+    if body.get("stream") and (value > 0 or value == -1):
+        raise validator_error(body, "`prompt_logprobs` are not available when `stream=True`.",
+                              parameter="prompt_logprobs")
+    if value < 0 and value != -1:
+        raise validator_error(body, "`prompt_logprobs` must be a positive value or -1.",
+                              parameter="prompt_logprobs", value=value)
+
+
+def _prompt_logprobs(body: dict[str, Any], config: SimEngineConfig, vocab_size: int
+                     ) -> int | None:
+    value = body.get("prompt_logprobs")
+    if value is None:
+        return None
+    return _check_max_logprobs(int(value), config, vocab_size, prompt=True)
 
 
 def _structured(body: dict[str, Any]) -> str | None:
@@ -169,6 +194,7 @@ def chat_validators(body: dict[str, Any]) -> None:
             "provided.",
             parameter="response_format",
         )
+    _check_prompt_logprobs(body)
     top = body.get("top_logprobs")
     if top is not None:
         if top < 0 and top != -1:
@@ -271,7 +297,8 @@ def chat_fields(body: dict[str, Any], config: SimEngineConfig, vocab_size: int) 
     if body.get("logprobs"):
         logprobs = _check_max_logprobs(int(body.get("top_logprobs") or 0), config, vocab_size)
     json_text = None if tool is not None else _structured(body)
-    return Fields(n=n, logprobs=logprobs, json_text=json_text, tool=tool)
+    return Fields(n=n, logprobs=logprobs, json_text=json_text, tool=tool,
+                  prompt_logprobs=_prompt_logprobs(body, config, vocab_size))
 
 
 def completion_fields(body: dict[str, Any], config: SimEngineConfig, vocab_size: int) -> Fields:
@@ -281,6 +308,7 @@ def completion_fields(body: dict[str, Any], config: SimEngineConfig, vocab_size:
     if prompt is None or prompt == "":
         raise validator_error(body, "Either prompt or prompt_embeds must be provided and "
                               "non-empty.", parameter="prompt")
+    _check_prompt_logprobs(body)
     logprobs = body.get("logprobs")
     if logprobs is not None and logprobs < 0 and logprobs != -1:
         raise validator_error(body, "`logprobs` must be a positive value or -1.",
@@ -289,4 +317,5 @@ def completion_fields(body: dict[str, Any], config: SimEngineConfig, vocab_size:
         raise ApiError(400, "suffix is not currently supported")  # vLLM's serving check
     n = _n(body)
     count = None if logprobs is None else _check_max_logprobs(logprobs, config, vocab_size)
-    return Fields(n=n, logprobs=count, echo=bool(body.get("echo")), json_text=_structured(body))
+    return Fields(n=n, logprobs=count, echo=bool(body.get("echo")), json_text=_structured(body),
+                  prompt_logprobs=_prompt_logprobs(body, config, vocab_size))

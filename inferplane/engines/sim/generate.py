@@ -27,6 +27,7 @@ from inferplane.engines.sim.outputs import (
     filler_output,
     fixed_output,
     json_pieces,
+    prompt_logprobs,
 )
 from inferplane.engines.sim.protocol import (
     ApiError,
@@ -49,7 +50,7 @@ class Prompt:
 
     ids: list[int]
     text: str | None = None
-    pieces: tuple[str, ...] | None = None
+    pieces: tuple[str, ...] | None = None  # the text of each token, when known
 
 
 @dataclass
@@ -210,7 +211,9 @@ class Generation:
         model = self.sampling.model
         if self.chat:
             choices = [self._chat_choice(c) for c in self.choices]
-            return chat_response(self.request_id, model, self.created, choices, self._usage())
+            body = chat_response(self.request_id, model, self.created, choices, self._usage())
+            body["prompt_logprobs"] = self._prompt_logprobs(self.prompts[0])
+            return body
         completions = [
             completion_choice(
                 c.index, self._echo(c) + c.output.text,
@@ -219,8 +222,16 @@ class Generation:
             )
             for c in self.choices
         ]
+        for completion, c in zip(completions, self.choices, strict=True):
+            completion["prompt_logprobs"] = self._prompt_logprobs(c.prompt)
         return completion_response(self.request_id, model, self.created, completions,
                                    self._usage())
+
+    def _prompt_logprobs(self, prompt: Prompt) -> list[Any] | None:
+        k = self.fields.prompt_logprobs
+        if k is None:
+            return None
+        return prompt_logprobs(prompt.ids, prompt.pieces, k, self.engine.parts.tokenizer.encode)
 
     def _chat_choice(self, choice: _Choice) -> dict[str, Any]:
         k = self.fields.logprobs

@@ -14,7 +14,7 @@ import itertools
 import math
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -159,3 +159,27 @@ def completion_logprobs(
         offset += len(text)
     return {"text_offset": offsets, "token_logprobs": logprobs, "tokens": out_tokens,
             "top_logprobs": tops}
+
+
+def prompt_logprobs(
+    ids: Sequence[int],
+    pieces: Sequence[str] | None,
+    k: int,
+    encode: Callable[[str], list[int]],
+) -> list[dict[str, dict[str, Any]] | None]:
+    """vLLM's `prompt_logprobs`: None for the first token, then per token a dict of token id
+    to `{logprob, rank, decoded_token}` holding the prompt's own token (rank 1, as the
+    greedy simulated model ranks it) and the `k` most likely others (their ids from the
+    tokenizer; `decoded_token` is None where the text of a token-id prompt is unknown)."""
+    out: list[dict[str, dict[str, Any]] | None] = [None] if ids else []
+    for i in range(1, len(ids)):
+        piece = pieces[i] if pieces is not None else None
+        top = top_logprobs(piece if piece is not None else f"token_id:{ids[i]}", i, k + 1)
+        entry = {str(ids[i]): {"logprob": top[0][1], "rank": 1, "decoded_token": piece}}
+        for rank, (token, logprob) in enumerate(top[1:], start=2):
+            encoded = encode(token)
+            if encoded and str(encoded[0]) not in entry:
+                entry[str(encoded[0])] = {"logprob": logprob, "rank": rank,
+                                          "decoded_token": token}
+        out.append(entry)
+    return out

@@ -57,6 +57,7 @@ class _Sampling(_Model):
     min_tokens: int = 0
     user: str | None = None
     logit_bias: dict[str, float] | None = None
+    prompt_logprobs: int | None = None
 
 
 class _Function(_Model):
