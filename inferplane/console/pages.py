@@ -86,13 +86,19 @@ def fleet_fragment(view: dict[str, Any]) -> str:
             total = gpu["memory_gib"]
             segs = []
             for share in gpu["instances"]:
+                live = share.get("live") or {}
                 for kind in ("weights", "kv_cache", "overhead"):
                     value = share[f"{kind}_gib"]
+                    used = ""  # the engine's live KV usage, drawn inside the planned pool
+                    if kind == "kv_cache" and live.get("kv_cache_usage") is not None:
+                        used = (f'<i class="used" style="width:'
+                                f'{100 * min(float(live["kv_cache_usage"]), 1.0):.1f}%"></i>')
                     segs.append(
                         f'<span class="seg {kind}" data-instance="{e(share["id"])}" '
                         f'data-kind="{kind}" data-gib="{value:.3f}" '
                         f'style="width:{_pct(value, total)}" '
-                        f'title="{e(share["id"])} {kind.replace("_", " ")} {gib(value)}"></span>'
+                        f'title="{e(share["id"])} {kind.replace("_", " ")} {gib(value)}">'
+                        f"{used}</span>"
                     )
             segs.append(
                 f'<span class="seg free" data-kind="free" data-gib="{gpu["free_gib"]:.3f}" '
@@ -115,7 +121,8 @@ def fleet_fragment(view: dict[str, Any]) -> str:
                 f'<div class="bar" role="img" aria-label="memory of GPU {gpu["index"]}">'
                 f'{"".join(segs)}</div>'
                 f'<p class="legend"><i class="weights"></i>weights <i class="kv_cache"></i>KV '
-                f'pool <i class="overhead"></i>overhead <i class="free"></i>free · used '
+                f'pool (dark: in use now) <i class="overhead"></i>overhead <i class="free">'
+                f'</i>free · used '
                 f'{gib(gpu["used_gib"])} of budget {gib(gpu["budget_gib"])}</p>'
                 f'<table><thead><tr><th>instance</th><th>state</th><th>weights</th>'
                 f'<th>KV pool</th><th>overhead</th><th>live (engine /metrics)</th></tr></thead>'
