@@ -11,17 +11,18 @@ about the engine rather than loopback HTTP), runs both tools with the same load 
 loop at `--concurrency`, synthetic prompts of `--input-len` tokens, `--output-len` tokens
 out - one after the other, and prints each metric side by side with the difference.
 
-`--server-nodelay on` starts the simulator with TCP_NODELAY on its listening socket
-(accepted connections inherit it). As shipped, the simulator's socket lacks it: on a
-kept-alive connection the first small SSE chunk after the response headers then waits for
-the client's delayed ACK (Nagle), ~25 ms - which a keep-alive client (inferplane bench,
-like vllm bench serve) sees in TTFT and a client that opens a fresh connection per
-request does not. `both` (default) measures both ways.
+Below each table, what the server saw during each tool's run - its own mean TTFT and
+queue time (the simulator's /metrics before and after) - and how the tool's requests
+arrived: the mean number sent within 2 ms of each other (`sent_ms` of inferplane's
+requests.csv, guidellm's request_start_time). The client-side TTFT minus the server's is
+the tool's own overhead; a difference in the server's TTFT is a difference in the load.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import itertools
 import json
 import socket
 import subprocess
@@ -91,21 +92,62 @@ def wait_up(url: str, timeout_s: float = 30.0) -> None:
     raise SystemExit(f"simulator at {url} did not come up")
 
 
-def ours(url: str, args: argparse.Namespace, model: Path) -> dict[str, float]:
+def scrape(url: str) -> dict[str, float]:
+    """The simulator's TTFT and queue-time histogram sums and counts."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    wanted = ("vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+              "vllm:request_queue_time_seconds_sum", "vllm:request_queue_time_seconds_count")
+    values = dict.fromkeys(wanted, 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in values:
+            values[name] += float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def server_side(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean TTFT and queue time (ms) the server measured between two scrapes."""
+    def mean(metric: str) -> float:
+        n = after[f"{metric}_count"] - before[f"{metric}_count"]
+        return (after[f"{metric}_sum"] - before[f"{metric}_sum"]) / n * 1000 if n else 0.0
+
+    return {"server TTFT ms": mean("vllm:time_to_first_token_seconds"),
+            "server queue ms": mean("vllm:request_queue_time_seconds")}
+
+
+def burst_size(sent_s: list[float], window_s: float = 0.002) -> float:
+    """Mean size of the groups of requests sent within `window_s` of the previous one."""
+    times = sorted(sent_s)
+    groups = [1]
+    for prev, cur in itertools.pairwise(times):
+        if cur - prev < window_s:
+            groups[-1] += 1
+        else:
+            groups.append(1)
+    return sum(groups) / len(groups)
+
+
+def ours(url: str, args: argparse.Namespace, model: Path, out_dir: Path) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-m", "inferplane", "bench", url, "--model", "sim-model",
          "--concurrency", str(args.level), "--num-requests", str(args.requests),
          "--input-len", str(args.input_len), "--output-len", str(args.output_len),
-         "--tokenizer", str(model), "--json"],
+         "--tokenizer", str(model), "--out", str(out_dir / "ours"), "--json"],
         check=True, capture_output=True, text=True, cwd=REPO,
     )
     run = json.loads(out.stdout)["run"]
+    with (out_dir / "ours" / "requests.csv").open() as handle:
+        sent = [float(row["sent_ms"]) / 1000 for row in csv.DictReader(handle)]
     return {
         "TTFT mean ms": run["ttft_ms"]["mean"], "TTFT median ms": run["ttft_ms"]["median"],
         "ITL mean ms": run["itl_ms"]["mean"], "TPOT mean ms": run["tpot_ms"]["mean"],
         "E2EL mean ms": run["e2el_ms"]["mean"],
         "output tok/s": run["output_throughput_tok_s"],
         "requests/s": run["request_throughput_req_s"],
+        "sent together": burst_size(sent),
     }
 
 
@@ -125,6 +167,7 @@ def theirs(url: str, args: argparse.Namespace, model: Path, out_dir: Path) -> di
     )
     bench: dict[str, Any] = json.loads(report.read_text())["benchmarks"][0]
     m = bench["metrics"]
+    sent = [r["request_start_time"] for r in bench["requests"]["successful"]]
 
     def ok(name: str, stat: str = "mean") -> float:
         return float(m[name]["successful"][stat])
@@ -136,62 +179,48 @@ def theirs(url: str, args: argparse.Namespace, model: Path, out_dir: Path) -> di
         "E2EL mean ms": ok("request_latency") * 1000,
         "output tok/s": ok("output_tokens_per_second"),
         "requests/s": ok("requests_per_second"),
+        "sent together": burst_size(sent),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--guidellm", required=True, help="the guidellm executable")
-    parser.add_argument("--concurrency", default="1,4", help="levels, e.g. 1,4")
-    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--concurrency", default="1,4,16", help="levels, e.g. 1,4")
+    parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--slowdown", type=float, default=10.0)
-    parser.add_argument("--server-nodelay", choices=("off", "on", "both"), default="both")
-    args = parser.parse_args()
-    modes = ["off", "on"] if args.server_nodelay == "both" else [args.server_nodelay]
-    for mode in modes:
-        compare(args, nodelay=mode == "on")
+    compare(parser.parse_args())
 
 
-_NODELAY_SIM = (
-    "import socket, sys\n"
-    "import inferplane.engines.sim.host as host\n"
-    "bind = host._bind\n"
-    "def nodelay_bind(h, p):\n"
-    "    sock = bind(h, p)\n"
-    "    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
-    "    return sock\n"
-    "host._bind = nodelay_bind\n"
-    "from inferplane.cli.main import main\n"
-    "sys.argv = ['inferplane'] + sys.argv[1:]\n"
-    "main()\n"
-)
-
-
-def compare(args: argparse.Namespace, *, nodelay: bool) -> None:
+def compare(args: argparse.Namespace) -> None:
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
         model = model_dir(Path(tmp) / "model", faker_words(args.guidellm))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        launcher = ["-c", _NODELAY_SIM] if nodelay else ["-m", "inferplane"]
         sim = subprocess.Popen(
-            [sys.executable, *launcher, "sim", "--model", "sim-model", "--model-dir",
+            [sys.executable, "-m", "inferplane", "sim", "--model", "sim-model", "--model-dir",
              str(model), "--port", str(port), "--slowdown", str(args.slowdown)],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        results = []
         try:
             wait_up(url)
             for level in [int(c) for c in args.concurrency.split(",")]:
                 args.level = level
-                results.append((level, ours(url, args, model), theirs(url, args, model,
-                                                                      Path(tmp))))
+                before = scrape(url)
+                a = ours(url, args, model, Path(tmp))
+                middle = scrape(url)
+                b = theirs(url, args, model, Path(tmp))
+                after = scrape(url)
+                # inferplane's one warm-up request is in its server-side numbers
+                results.append((level, {**a, **server_side(before, middle)},
+                                {**b, **server_side(middle, after)}))
         finally:
             sim.terminate()
             sim.wait(timeout=10)
-    print(f"\nsame target: inferplane sim (Qwen3-0.6B shape, H100, slowdown {args.slowdown:g}, "
-          f"server TCP_NODELAY {'on' if nodelay else 'off (as shipped)'}), "
+    print(f"\nsame target: inferplane sim (Qwen3-0.6B shape, H100, slowdown {args.slowdown:g}), "
           f"{args.requests} requests per level, {args.input_len} -> {args.output_len} tokens")
     for level, a, b in results:
         print(f"\nconcurrency {level}")
