@@ -112,6 +112,12 @@ def sim(
     crash_after_requests: int | None = typer.Option(None, help="Exit (code 1) after N requests."),
     hang_after_requests: int | None = typer.Option(None, help="Stop answering after N requests."),
     slowdown: float = typer.Option(1.0, help="Multiply every step time by this factor."),
+    max_logprobs: int = typer.Option(
+        20, help="Most logprobs a request may ask for (vLLM's --max-logprobs)."
+    ),
+    enable_auto_tool_choice: bool = typer.Option(
+        False, help="Answer tool_choice 'auto' with text (vLLM's --enable-auto-tool-choice)."
+    ),
     fleet: Path | None = typer.Option(None, help="YAML file of many engines to host at once."),
 ) -> None:
     """Run a simulated vLLM engine (same HTTP API and metrics) without a GPU."""
@@ -126,6 +132,7 @@ def sim(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory_bytes=kv_cache_memory_bytes, host=host, port=port,
+            max_logprobs=max_logprobs, enable_auto_tool_choice=enable_auto_tool_choice,
             faults=FaultConfig(
                 load_time_s=load_time_s, fail_rate=fail_rate,
                 crash_after_requests=crash_after_requests,
