@@ -40,6 +40,7 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="pip install seleni
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.select import Select  # noqa: E402
 
 FLEET = f"""\
 engine: sim
@@ -54,8 +55,11 @@ models:
     max_model_len: 4096
     max_num_seqs: 8
     replicas: 2
-  - name: embed
+  # "embedding" in the name: the simulator takes the task from the checkpoint and its
+  # name, not from the fleet's `task:` (reported to the lead)
+  - name: embedding
     source: {MODELS / "Qwen--Qwen3-Embedding-0.6B"}
+    task: embed
     max_model_len: 2048
     max_num_seqs: 8
 """
@@ -244,6 +248,14 @@ def test_playground_streams_an_answer_and_names_the_replica(
     assert browser.find_element(By.ID, "pg-ttft").text.endswith(" ms")
     assert int(browser.find_element(By.ID, "pg-tokens").text) > 1
     shot(browser, fleet, "playground")
+    # an embedding request to the embedding model, routed to its one replica
+    Select(browser.find_element(By.ID, "pg-model")).select_by_value("embedding")
+    Select(browser.find_element(By.ID, "pg-kind")).select_by_value("embeddings")
+    browser.find_element(By.ID, "pg-send").click()
+    answer = until(lambda: (lambda d: d if d[0] == "true" and d[1] else None)(
+        browser.execute_script(read)), 15, "the embedding")  # fmt: skip
+    assert "dimensions" in answer[1], answer
+    assert browser.find_element(By.ID, "pg-instance").text == "embedding-0"
 
 
 def _load(fleet: Fleet, stop: threading.Event, workers: int = 4) -> list[threading.Thread]:
