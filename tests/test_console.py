@@ -387,6 +387,7 @@ async def test_sampler_turns_gateway_and_engine_metrics_into_points(
         fleet = (await c.get("/ui/partials/fleet")).text
     assert [p["t"] for p in kept] == [point["t"]] and later == []
     assert 'data-kv-usage="0.3000"' in fleet  # the live reading beside the plan's numbers
+    assert '<i class="used" style="width:30.0%"></i>' in fleet  # drawn inside the KV pool
 
 
 async def test_sampler_notes_state_changes(console: tuple[GatewayApp, FakeSource]) -> None:
