@@ -230,6 +230,8 @@ async def test_the_console_needs_the_admin_token_when_auth_is_on(
         # a POST from a page elsewhere cannot carry the console's header
         forged = await c.post("/ui/api/instances/chat-0/restart")
         assert forged.status_code == 403 and "x-inferplane-console" in forged.text
+        out = await c.post("/ui/logout")  # a plain form: no header needed to sign out
+        assert out.status_code == 303 and "Max-Age=0" in out.headers["set-cookie"]
 
 
 async def test_auth_on_without_an_admin_token_refuses_and_says_what_to_set(

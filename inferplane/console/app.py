@@ -13,14 +13,15 @@
 
 Without the admin token (when one is needed, `inferplane.console.auth`) an API call gets
 a 401 JSON error and a page gets the sign-in form with status 401; neither carries data.
-A POST also needs the `x-inferplane-console` header (htmx sends it on every request): a
-form on another site cannot set it, so a signed-in browser cannot be made to restart
-anything from elsewhere.
+An action (`POST /ui/api/...`) also needs the `x-inferplane-console` header (htmx sends it
+on every request): a form on another site cannot set it, so a signed-in browser cannot be
+made to restart anything from elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -113,7 +114,8 @@ class ConsoleApp:
         if verdict in ("missing", "disabled"):
             await self._refuse(send, verdict, is_api or path.startswith("/ui/partials/"))
             return
-        if method == "POST" and not any(n == b"x-inferplane-console" for n, _ in headers):
+        if is_api and method == "POST" and not any(n == b"x-inferplane-console"
+                                                   for n, _ in headers):
             await self._send(send, 403, _error(403, "console actions need the "
                              "x-inferplane-console header (sent by the console's pages)"))
             return  # fmt: skip
@@ -274,8 +276,6 @@ class ConsoleApp:
         form = parse_qs((await _body(receive, MAX_FORM_BYTES)).decode("utf-8", "replace"))
         given = (form.get("token") or [""])[0].strip()
         token = tenancy.admin_token
-        import hmac
-
         if token and hmac.compare_digest(given.encode(), token.encode()):
             cookie = (f"{auth.COOKIE}={auth.session_value(token)}; Path=/ui; HttpOnly; "
                       "SameSite=Strict")  # fmt: skip
