@@ -3,8 +3,10 @@ streamed request to a simulated engine, read back from an in-memory OTLP exporte
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -174,12 +176,10 @@ def test_otel_environment_turns_tracing_on(monkeypatch: pytest.MonkeyPatch) -> N
     assert traces_url("http://c:4318/custom/path") == "http://c:4318/custom/path"
 
 
-def test_fleet_file_tracing_settings(tmp_path: object) -> None:
-    from pathlib import Path
-
+def test_fleet_file_tracing_settings(tmp_path: Path) -> None:
     from inferplane.gateway.fleet import gateway_config_from_fleet
 
-    base = Path(str(tmp_path))
+    base = tmp_path
     ok = base / "ok.yaml"
     ok.write_text(
         'models:\n  - name: m\n    endpoints: ["http://127.0.0.1:9"]\n'
@@ -247,3 +247,62 @@ def test_opentelemetry_is_imported_only_when_tracing_is_on() -> None:
                           timeout=120, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_fleet_file_tracing_exports_over_otlp_http(harness: Harness, tmp_path: Path) -> None:  # noqa: F811
+    """gateway.tracing in the fleet file: spans reach an OTLP/HTTP receiver as protobuf
+    ExportTraceServiceRequests on /v1/traces (a bare endpoint gets the path added)."""
+    from aiohttp import web
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from inferplane.gateway.fleet import gateway_config_from_fleet
+
+    received: list[ExportTraceServiceRequest] = []
+
+    async def traces(request: web.Request) -> web.Response:
+        assert request.content_type == "application/x-protobuf"
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(await request.read())
+        received.append(message)
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    async def start() -> tuple[web.AppRunner, int]:
+        receiver = web.Application()
+        receiver.router.add_post("/v1/traces", traces)
+        runner = web.AppRunner(receiver, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    runner, port = harness.run(start())
+    engine: FakeEngine = harness.engine("m")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        f'models:\n  - name: m\n    endpoints: ["{engine.url}"]\n'
+        f"gateway:\n  tracing:\n    otlp_endpoint: http://127.0.0.1:{port}\n"
+        "    service_name: edge-gw\n"
+    )
+    config = gateway_config_from_fleet(load_fleet(fleet))
+    app, gateway = harness.gateway(dataclasses.replace(config, access_log=False))
+    try:
+        r = http.post(gateway + "/v1/completions", json={"model": "m", "prompt": "x"},
+                      headers={"X-Request-ID": "otlp-1"})  # fmt: skip
+        assert r.status_code == 200
+        assert app.tracing is not None
+        deadline = time.monotonic() + 10
+        names: set[str] = set()
+        while "POST /v1/completions" not in names and time.monotonic() < deadline:
+            app.tracing.provider.force_flush()
+            names = {s.name for m in received for rs in m.resource_spans
+                     for ss in rs.scope_spans for s in ss.spans}  # fmt: skip
+            time.sleep(0.05)
+        assert {"POST /v1/completions", "gateway.admission", "gateway.route",
+                "gateway.upstream", "upstream.first_token"} <= names  # fmt: skip
+        services = {a.value.string_value for m in received for rs in m.resource_spans
+                    for a in rs.resource.attributes if a.key == "service.name"}  # fmt: skip
+        assert services == {"edge-gw"}
+    finally:
+        harness.run(runner.cleanup())
