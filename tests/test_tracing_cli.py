@@ -49,7 +49,8 @@ async def runtime(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Run
     rt = Runtime(
         load_fleet(fleet),
         RuntimeOptions(state_dir=tmp_path / "state", gateway_port=0, settings=FAST,
-                       fleet_path=str(fleet), grace_period_s=5),
+                       fleet_path=str(fleet), grace_period_s=5,
+                       monitoring_dir=tmp_path / "mon"),  # as `up --monitoring DIR`
     )
     await rt.start()
     assert await rt.wait_settled(60)
@@ -176,6 +177,9 @@ async def test_prometheus_scrapes_the_gateway_and_every_engine(
 
 async def test_monitoring_targets_follow_the_replicas(runtime: Runtime) -> None:
     mon = runtime.monitoring_dir
+    assert mon.name == "mon" and not (runtime.state_dir.path / "monitoring").exists()
+    state = json.loads(runtime.state_dir.state_file.read_text())
+    assert state["monitoring_dir"] == str(mon.resolve())  # where `monitoring` finds it
     for name in ("prometheus.yml", "rules.yml", "grafana/dashboards/inferplane.json"):
         assert (mon / name).is_file(), name
 
