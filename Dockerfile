@@ -18,9 +18,10 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY inferplane ./inferplane
-# Dependencies come from pyproject.toml's bounds; the package itself is this checkout.
+# Dependencies come from pyproject.toml's bounds (with the tracing extra, so gateway.tracing
+# works in the cluster); the package itself is this checkout.
 RUN python -m venv /opt/inferplane \
- && /opt/inferplane/bin/pip install --no-cache-dir . \
+ && /opt/inferplane/bin/pip install --no-cache-dir ".[tracing]" \
  && /opt/inferplane/bin/inferplane version
 
 FROM ${PYTHON_IMAGE}
