@@ -1,15 +1,26 @@
-"""`inferplane sim` flags reach the simulated engine's config (vLLM's names and defaults)."""
+"""`inferplane sim` flags reach the simulated engine's config (vLLM's names and defaults);
+`--runner` decides the task as vLLM's does."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
+from planner_fleets import ROOT
 from typer.testing import CliRunner
 
 import inferplane.cli.sim as sim_cli
 from inferplane.cli.main import app
+from inferplane.engines.sim.build import build_parts
 from inferplane.engines.sim.config import SimEngineConfig
+from inferplane.engines.sim.fake_vllm import parse_serve_args
+from inferplane.engines.sim.host import EngineHost
+from inferplane.errors import InferplaneError
+from inferplane.runtime.instances import plan_sim_instances, plan_simulated
+from inferplane.spec import load_fleet
+
+DEMO = ROOT / "examples" / "demo.yaml"
 
 
 def _configs(monkeypatch: pytest.MonkeyPatch, *args: str) -> list[SimEngineConfig]:
@@ -30,3 +41,41 @@ def test_logprob_and_tool_choice_flags_reach_the_engine(monkeypatch: pytest.Monk
     assert default.max_logprobs == 20 and default.enable_auto_tool_choice is False
     config: Any = _configs(monkeypatch, "--max-logprobs", "5", "--enable-auto-tool-choice")[0]
     assert config.max_logprobs == 5 and config.enable_auto_tool_choice is True
+
+
+def test_runner_flag_reaches_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    config: Any = _configs(monkeypatch, "--runner", "pooling")[0]
+    assert config.runner == "pooling"
+
+
+def test_runner_pooling_serves_embeddings_from_a_generative_checkpoint() -> None:
+    """vLLM's --runner overrides the task the checkpoint implies, so a fleet's `task: embed`
+    is served as embeddings whatever the model's name or architecture suggests."""
+    with EngineHost([SimEngineConfig(model="plain-name", runner="pooling")]) as handles:
+        url = handles[0].url
+        r = httpx.post(url + "/v1/embeddings", json={"model": "plain-name", "input": "hi"})
+        assert r.status_code == 200 and r.json()["data"][0]["embedding"]
+        chat = {"model": "plain-name", "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(url + "/v1/chat/completions", json=chat).status_code >= 400
+    with pytest.raises(InferplaneError, match="runner"):
+        build_parts(SimEngineConfig(model="m", runner="pool"))
+
+
+def test_fleet_embed_models_run_as_pooling_runners() -> None:
+    spec = load_fleet(DEMO)
+    plan = plan_simulated(spec, None, str(DEMO))
+    ports = iter(range(20000, 20100)).__next__
+    for inst in plan_sim_instances(spec, plan=plan, port_picker=ports):
+        model = spec.model(inst.model)
+        assert model is not None
+        embed = model.task == "embed"
+        assert ("--runner" in inst.argv) == embed
+        if embed:
+            assert inst.argv[inst.argv.index("--runner") + 1] == "pooling"
+
+
+def test_fake_vllm_reads_runner_and_the_old_task_flag() -> None:
+    new, _ = parse_serve_args(["serve", "m", "--runner", "pooling"])
+    old, _ = parse_serve_args(["serve", "m", "--task", "embed"])
+    plain, _ = parse_serve_args(["serve", "m"])
+    assert (new.runner, old.runner, plain.runner) == ("pooling", "pooling", "auto")

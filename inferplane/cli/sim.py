@@ -118,6 +118,9 @@ def sim(
     enable_auto_tool_choice: bool = typer.Option(
         False, help="Answer tool_choice 'auto' with text (vLLM's --enable-auto-tool-choice)."
     ),
+    runner: str = typer.Option(
+        "auto", help="auto (task from the checkpoint), generate or pooling (vLLM's --runner)."
+    ),
     fleet: Path | None = typer.Option(None, help="YAML file of many engines to host at once."),
 ) -> None:
     """Run a simulated vLLM engine (same HTTP API and metrics) without a GPU."""
@@ -133,6 +136,7 @@ def sim(
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory_bytes=kv_cache_memory_bytes, host=host, port=port,
             max_logprobs=max_logprobs, enable_auto_tool_choice=enable_auto_tool_choice,
+            runner=runner,
             faults=FaultConfig(
                 load_time_s=load_time_s, fail_rate=fail_rate,
                 crash_after_requests=crash_after_requests,

@@ -87,6 +87,8 @@ def sim_argv(
     if source is not None and (source / "config.json").is_file():
         argv += ["--model-dir", str(source)]
     argv += _planned_args(planned) if planned is not None else _fleet_file_args(model)
+    if model.task == "embed":  # as the vLLM argv does (--runner pooling)
+        argv += ["--runner", "pooling"]
     if faults is not None:
         argv += ["--load-time-s", str(faults.load_time_s), "--fail-rate", str(faults.fail_rate)]
         argv += ["--slowdown", str(faults.slowdown)]

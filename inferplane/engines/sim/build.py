@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from inferplane.engines.sim.config import SimEngineConfig
@@ -14,6 +14,7 @@ from inferplane.estimator.memory import estimate_memory
 from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.gpus import GIB, GpuSpec, lookup_gpu
 from inferplane.models import ModelProfile, load_profile, profile_from_config
+from inferplane.models.profile import Task
 
 # Built-in profile when neither a model directory nor a config is given: the shape of
 # Qwen/Qwen3-0.6B (config.json of the Hugging Face checkpoint), small enough that many
@@ -54,12 +55,24 @@ class EngineParts:
     matryoshka_dimensions: tuple[int, ...] | None = None
 
 
+RUNNER_TASKS: dict[str, Task] = {"generate": "generate", "pooling": "embed"}  # --runner -> task
+
+
 def resolve_profile(config: SimEngineConfig) -> ModelProfile:
     if config.model_dir is not None:
-        return load_profile(config.model_dir, name=config.model)
-    if config.model_config is not None:
-        return load_profile(config.model_config, name=config.model)
-    return profile_from_config(DEFAULT_PROFILE_CONFIG, name=DEFAULT_PROFILE_NAME)
+        profile = load_profile(config.model_dir, name=config.model)
+    elif config.model_config is not None:
+        profile = load_profile(config.model_config, name=config.model)
+    else:
+        profile = profile_from_config(DEFAULT_PROFILE_CONFIG, name=DEFAULT_PROFILE_NAME)
+    if config.runner == "auto":
+        return profile
+    if config.runner not in RUNNER_TASKS:
+        raise InferplaneError(
+            "unknown runner", field="runner", value=config.runner,
+            fix="use auto, generate or pooling (vLLM's --runner)",
+        )
+    return replace(profile, default_task=RUNNER_TASKS[config.runner])
 
 
 def engine_settings(config: SimEngineConfig) -> EngineSettings:

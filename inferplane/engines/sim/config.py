@@ -66,5 +66,8 @@ class SimEngineConfig:
     # vLLM's --enable-auto-tool-choice (with a --tool-call-parser): without it a request
     # with tools and tool_choice "auto" gets vLLM's 400; with it the sim answers text.
     enable_auto_tool_choice: bool = False
+    # vLLM's --runner: "auto" takes the task from the checkpoint (architecture, name);
+    # "pooling" serves embeddings, "generate" completions, whatever the checkpoint says.
+    runner: str = "auto"
     faults: FaultConfig = field(default_factory=FaultConfig)
     calibration: Calibration = DEFAULT_CALIBRATION

@@ -6,9 +6,9 @@
 It accepts the command lines `inferplane plan` writes (and vLLM's other serve flags): the
 flags the simulator models (served name, host, port, context length, TP, utilization,
 `--max-num-seqs`, `--max-num-batched-tokens`, prefix caching, `--max-logprobs`,
-`--enable-auto-tool-choice` with `--tool-call-parser`) configure the simulated engine;
-GPU-only flags (`--kv-cache-memory-bytes`, `--compilation-config`, `--dtype`,
-`--quantization`, `--runner`, ...) are accepted and ignored. Point `inferplane up` at it
+`--enable-auto-tool-choice` with `--tool-call-parser`, `--runner`/`--task embed`) configure
+the simulated engine; GPU-only flags (`--kv-cache-memory-bytes`, `--compilation-config`,
+`--dtype`, `--quantization`, ...) are accepted and ignored. Point `inferplane up` at it
 with `--vllm-binary` or `INFERPLANE_VLLM_BINARY` to run an `engine: vllm` fleet without a
 GPU:
 
@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-logprobs", type=int, default=20)
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--tool-call-parser", default=None)
+    parser.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto")
+    parser.add_argument("--task", default=None)  # before vLLM 0.10.2: --task embed
     parser.add_argument("--gpu", default=DEFAULT_GPU)
     parser.add_argument("--load-time-s", type=float, default=0.0)
     parser.add_argument("--crash-after-requests", type=int, default=None)
@@ -84,6 +86,7 @@ def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
         enable_prefix_caching=args.enable_prefix_caching,
         max_logprobs=args.max_logprobs,
         enable_auto_tool_choice=args.enable_auto_tool_choice,
+        runner="pooling" if args.task in ("embed", "embedding") else args.runner,
         host=args.host,
         port=args.port,
         faults=FaultConfig(
