@@ -21,8 +21,10 @@ HEAVY = (
     "ortools", "sqlalchemy", "alembic", "uvicorn", "aiohttp", "starlette", "httpx",
     "numpy", "pandas", "kubernetes", "kubernetes_validate", "jsonschema", "tokenizers",
     "prometheus_client", "redis", "asyncpg", "aiosqlite", "pynvml", "huggingface_hub",
+    "matplotlib", "opentelemetry", "selenium",
     "inferplane.planner", "inferplane.estimator", "inferplane.gateway", "inferplane.store",
-    "inferplane.tenancy", "inferplane.engines", "inferplane.deploy",
+    "inferplane.tenancy", "inferplane.engines", "inferplane.deploy", "inferplane.console",
+    "inferplane.monitoring", "inferplane.bench", "inferplane.doctor",
     "inferplane.runtime.runner", "inferplane.runtime.supervisor",
 )  # fmt: skip
 # Needed to read a fleet file, but not to print help.
