@@ -62,6 +62,17 @@ def test_status_table_at_80_columns_one_line_per_instance() -> None:
     assert "sqlite+aiosqlite:////a/long/path/to/the/state/dir/inferplane.db" in text  # whole
 
 
+def test_status_names_the_console_only_when_it_is_on() -> None:
+    from inferplane.cli.up import print_status
+
+    status = _status()
+    for on in (True, False):
+        status["gateway"] = {"url": "http://127.0.0.1:8000", "in_flight": 0, "console": on}
+        console, out = _console(120)
+        print_status(status, console)
+        assert ("console: http://127.0.0.1:8000/ui" in out.getvalue()) is on
+
+
 def test_status_table_wide_shows_every_column() -> None:
     from inferplane.cli.up import STATUS_COLUMNS, print_status
 

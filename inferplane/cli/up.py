@@ -65,6 +65,8 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
             say(out, f"{inst['name']}: the supervisor cannot check it: {inst['check_error']} "
                 "(it retries with backoff; the state shown is the last one it saw)")
     say(out, f"gateway: {status['gateway']['url']}/v1")
+    if status["gateway"].get("console"):  # docs/console.md
+        say(out, f"console: {status['gateway']['url']}/ui")
     if status.get("monitoring_dir"):  # docs/monitoring.md
         say(out, f"monitoring: prometheus --config.file={status['monitoring_dir']}/prometheus.yml")
     tenancy = status.get("tenancy")

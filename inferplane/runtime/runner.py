@@ -707,7 +707,10 @@ class Runtime:
             "started_at": self._started_at,
             "grace_period_s": self.options.grace_period_s,
             "node": self.node,
-            "gateway": {"url": self.gateway_url, "in_flight": self.gate.in_flight},
+            "gateway": {
+                "url": self.gateway_url, "in_flight": self.gate.in_flight,
+                "console": self.fleet.gateway.console,
+            },
             "endpoint_models": [
                 {"model": m.name, "endpoints": list(m.endpoints or [])}
                 for m in self.fleet.endpoint_models
