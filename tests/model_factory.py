@@ -1,7 +1,8 @@
 """Build tiny, real model directories for tests (config.json + safetensors), without torch.
 
 Other test modules use these helpers: `make_model_dir(tmp_path, tiny_llama_config())` gives a
-directory that `inferplane.models.load_profile` reads like a downloaded checkpoint.
+directory that `inferplane.models.load_profile` reads like a downloaded checkpoint, and
+`embed_model_dir(path)` one that the simulator serves as an embedding model.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import math
 import struct
 from pathlib import Path
 from typing import Any
+
+from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
 
 # Bytes per element of safetensors dtypes (sub-byte types are not needed by the tests).
 DTYPE_BYTES = {
@@ -117,3 +120,17 @@ def llama_tensors(config: dict[str, Any], dtype: str = "BF16") -> dict[str, Tens
     if not config.get("tie_word_embeddings", False):
         t["lm_head.weight"] = (dtype, [vocab, h])
     return t
+
+
+def embed_model_dir(path: Path, **config: Any) -> Path:
+    """A sentence-transformers layout (config.json + modules.json with a Pooling module) at
+    `path`: the simulator, like vLLM, serves it as an embedding model. `config` overrides
+    keys of the simulator's default profile config."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({**DEFAULT_PROFILE_CONFIG, **config}))
+    (path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling",
+         "type": "sentence_transformers.models.Pooling"},
+    ]))  # fmt: skip
+    return path

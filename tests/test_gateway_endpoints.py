@@ -15,8 +15,9 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from model_factory import embed_model_dir
 from test_gateway_fakes import Harness
-from test_openai_sdk_endpoints import SimFleet, embed_model_dir, start_fleet
+from test_openai_sdk_endpoints import SimFleet, start_fleet
 
 from inferplane.engines.sim.host import EngineHandle
 from inferplane.gateway import GatewayConfig, ModelRoute

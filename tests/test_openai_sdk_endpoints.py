@@ -3,16 +3,15 @@ endpoint of issue 18.8 either works or answers the exact error a client would se
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import openai
 import pytest
+from model_factory import embed_model_dir
 from test_gateway_fakes import Harness
 
-from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
 from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
 from inferplane.engines.sim.host import EngineHandle, EngineHost
 from inferplane.engines.sim.responses import STORE_ENV
@@ -37,18 +36,6 @@ class SimFleet:
     def close(self) -> None:
         self.harness.close()
         self.host.stop()
-
-
-def embed_model_dir(path: Path) -> Path:
-    """A sentence-transformers layout: the simulator serves it as an embedding model."""
-    config = dict(DEFAULT_PROFILE_CONFIG, architectures=["Qwen3ForCausalLM"])
-    (path / "config.json").write_text(json.dumps(config))
-    (path / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling",
-         "type": "sentence_transformers.models.Pooling"},
-    ]))  # fmt: skip
-    return path
 
 
 def start_fleet(

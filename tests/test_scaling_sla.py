@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from scaling_runtime import CHAT_FLEET, start_runtime
 
 from inferplane.engines.sim.config import FaultConfig
-from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
 from inferplane.scaling.events import read_events
 from inferplane.scaling.policy import ModelAutoscaler, Observation
 from inferplane.scaling.sla import (
@@ -22,19 +22,9 @@ from inferplane.scaling.sla import (
     quantile,
     replica_model_for,
 )
-from inferplane.spec import ModelScaling, ScalingPolicy, load_fleet
+from inferplane.spec import ModelScaling, ScalingPolicy
 
-FAST = SupervisorSettings(
-    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
-    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
-)
-SLA_FLEET = """\
-engine: sim
-models:
-  - name: chat
-    source: Qwen/Qwen3-0.6B
-    max_model_len: 4096
-    max_num_seqs: 2
+SLA_FLEET = CHAT_FLEET + """\
 scaling:
   policy: {target_waiting_requests: 100, scale_up_window_s: 0.3, scale_down_window_s: 60,
            stabilization_s: 0.1, target_ttft_p95_s: 1.0, target_itl_p95_s: 0.5}
@@ -133,17 +123,9 @@ async def test_a_rising_rate_adds_replicas_before_ttft_p95_crosses_its_target(
 ) -> None:
     """Real simulated engines: the rate steps up; the performance model asks for a second
     replica while the observed TTFT p95 is still within its target."""
-    path = tmp_path / "fleet.yaml"
-    path.write_text(SLA_FLEET)
-    rt = Runtime(load_fleet(path), RuntimeOptions(
-        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
-        tenancy=False, control=False, scaling_interval_s=0.05,
-        faults={"chat": FaultConfig(slowdown=3)},
-    ))
-    await rt.start()
+    rt = await start_runtime(tmp_path, SLA_FLEET, faults={"chat": FaultConfig(slowdown=3)})
     ttfts: list[tuple[float, float]] = []  # (sent at, ttft)
     try:
-        assert await rt.wait_settled(30)
         loop = asyncio.get_running_loop()
         t0 = loop.time()
 

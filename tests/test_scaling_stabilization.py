@@ -15,24 +15,13 @@ import itertools
 from pathlib import Path
 
 import httpx
+from scaling_runtime import CHAT_FLEET, start_runtime
 
-from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
 from inferplane.scaling.events import read_events
 from inferplane.scaling.policy import Decision, ModelAutoscaler, Observation
-from inferplane.spec import load_fleet
 
-FAST = SupervisorSettings(
-    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
-    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
-)
 WINDOW_S = 0.3
-FLEET = f"""\
-engine: sim
-models:
-  - name: chat
-    source: Qwen/Qwen3-0.6B
-    max_model_len: 4096
-    max_num_seqs: 2
+FLEET = CHAT_FLEET + f"""\
     replicas: 1
 scaling:
   policy: {{target_waiting_requests: 1, scale_up_window_s: {WINDOW_S},
@@ -64,15 +53,8 @@ def _episodes(seen: list[tuple[float, Observation]]) -> int:
 
 
 async def test_an_oscillating_load_does_not_flap_the_replica_count(tmp_path: Path) -> None:
-    path = tmp_path / "fleet.yaml"
-    path.write_text(FLEET)
-    rt = Runtime(load_fleet(path), RuntimeOptions(
-        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
-        tenancy=False, control=False, scaling_interval_s=0.05,
-    ))
-    await rt.start()
+    rt = await start_runtime(tmp_path, FLEET)
     try:
-        assert await rt.wait_settled(30)
         assert rt.scaling is not None
         scaler: ModelAutoscaler = rt.scaling.scalers["chat"]
         seen: list[tuple[float, Observation]] = []

@@ -12,24 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 from rich.console import Console
+from scaling_runtime import CHAT_FLEET, start_runtime
 
 from inferplane.cli.up import print_status
 from inferplane.engines.sim.config import FaultConfig
-from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.runtime import Runtime
 from inferplane.scaling.events import read_events
-from inferplane.spec import load_fleet
 
-FAST = SupervisorSettings(
-    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
-    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
-)
-ELASTIC = """\
-engine: sim
-models:
-  - name: chat
-    source: Qwen/Qwen3-0.6B
-    max_model_len: 4096
-    max_num_seqs: 2
+ELASTIC = CHAT_FLEET + """\
     replicas: {replicas}
     routing: {{max_queue_depth: {depth}, max_queue_wait_s: {wait}}}
 scaling:
@@ -42,15 +32,8 @@ scaling:
 
 async def _runtime(tmp_path: Path, *, replicas: int = 1, min_r: int = 1, depth: int = 64,
                    wait: float = 30, faults: dict[str, FaultConfig] | None = None) -> Runtime:
-    path = tmp_path / "fleet.yaml"
-    path.write_text(ELASTIC.format(replicas=replicas, min=min_r, depth=depth, wait=wait))
-    rt = Runtime(load_fleet(path), RuntimeOptions(
-        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
-        tenancy=False, control=False, scaling_interval_s=0.05, faults=faults,
-    ))
-    await rt.start()
-    assert await rt.wait_settled(30)
-    return rt
+    fleet = ELASTIC.format(replicas=replicas, min=min_r, depth=depth, wait=wait)
+    return await start_runtime(tmp_path, fleet, faults)
 
 
 @pytest.fixture
@@ -169,18 +152,12 @@ async def test_held_requests_are_bounded_by_queue_depth_and_wait(tmp_path: Path)
 
 
 async def test_a_sleeping_engine_that_dies_comes_back_awake_and_routed(tmp_path: Path) -> None:
-    path = tmp_path / "fleet.yaml"
-    path.write_text(ELASTIC.format(replicas=1, min=0, depth=64, wait=30).replace(
+    fleet = ELASTIC.format(replicas=1, min=0, depth=64, wait=30).replace(
         "chat: {min_replicas: 0, max_replicas: 2}",
         "chat: {min_replicas: 0, max_replicas: 2, sleep: {level: 1}}",
-    ).replace("scale_down_window_s: 0.8", "scale_down_window_s: 60"))
-    rt = Runtime(load_fleet(path), RuntimeOptions(
-        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
-        tenancy=False, control=False, scaling_interval_s=0.05,
-    ))
-    await rt.start()
+    ).replace("scale_down_window_s: 0.8", "scale_down_window_s: 60")
+    rt = await start_runtime(tmp_path, fleet)
     try:
-        assert await rt.wait_settled(30)
         assert await rt.sleep_replica("chat-0", 1) == 1
         rec = rt.supervisor.records["chat-0"]
         assert rt.asleep_replicas("chat") == ["chat-0"] and not rt.backends["chat"][0].ready

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from model_factory import embed_model_dir
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
 from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
 from inferplane.engines.sim.host import EngineHandle, EngineHost, start_engine, start_engines
 
@@ -156,15 +155,9 @@ async def test_metrics_move_under_load_and_count_prefix_hits() -> None:
 
 
 def test_embeddings_for_embed_models(tmp_path: Path) -> None:
-    config = dict(DEFAULT_PROFILE_CONFIG, architectures=["Qwen3ForCausalLM"])
-    (tmp_path / "config.json").write_text(json.dumps(config))
     # Sentence-transformers layout marks an embedding checkpoint (vLLM: task embed).
-    (tmp_path / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling",
-         "type": "sentence_transformers.models.Pooling"},
-    ]))
-    with EngineHost([SimEngineConfig(model="emb", model_dir=tmp_path)]) as handles:
+    config = SimEngineConfig(model="emb", model_dir=embed_model_dir(tmp_path))
+    with EngineHost([config]) as handles:
         parts = handles[0].engine.parts
         if parts.profile.default_task != "embed":
             pytest.skip("the model loader does not mark this directory as an embedding model")

@@ -9,15 +9,14 @@ import math
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
 import pytest
+from model_factory import embed_model_dir
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
 from inferplane.engines.sim.config import SimEngineConfig
 from inferplane.engines.sim.fake_vllm import parse_serve_args
 from inferplane.engines.sim.host import EngineHandle, EngineHost
@@ -60,17 +59,6 @@ TOOLS: list[Any] = [
 ]
 
 
-def _embed_dir(path: Path, **extra: Any) -> Path:
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({**DEFAULT_PROFILE_CONFIG, **extra}))
-    (path / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling",
-         "type": "sentence_transformers.models.Pooling"},
-    ]))
-    return path
-
-
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EngineHandle]]:
     base = tmp_path_factory.mktemp("models")
@@ -78,8 +66,8 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EngineHan
         SimEngineConfig(model="m", max_model_len=2048, eos_after_tokens=6),
         SimEngineConfig(model="m", max_model_len=2048, eos_after_tokens=6,
                         enable_auto_tool_choice=True, max_logprobs=5),
-        SimEngineConfig(model="emb", model_dir=_embed_dir(base / "plain")),
-        SimEngineConfig(model="mrl", model_dir=_embed_dir(
+        SimEngineConfig(model="emb", model_dir=embed_model_dir(base / "plain")),
+        SimEngineConfig(model="mrl", model_dir=embed_model_dir(
             base / "mrl", matryoshka_dimensions=[256, 512, 1024])),
     ]
     with EngineHost(configs) as handles:
