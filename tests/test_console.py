@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from aiohttp import web
+from console_fleet import console_fleet
 from test_gateway_fakes import Harness, harness, http  # noqa: F401
 
 from inferplane.console import ConsoleApp, attach
@@ -35,27 +36,12 @@ from inferplane.store import Store
 from inferplane.tenancy.keys import create_key
 from inferplane.tenancy.service import Tenancy
 
-MODELS = Path(__file__).parent / "data" / "models"
 REPO = Path(__file__).parent.parent
-FLEET = f"""\
-engine: sim
-gpus:
-  nodes:
-    - {{name: n1, gpu_type: L40S, count: 2}}
-models:
-  - name: chat
-    source: {MODELS / "Qwen--Qwen3-8B"}
-    max_model_len: 4096
-    max_num_seqs: 8
-    replicas: 2
-  - name: embed
-    source: {MODELS / "Qwen--Qwen3-Embedding-0.6B"}
-    max_model_len: 2048
-    max_num_seqs: 8
+FLEET = console_fleet("embed", extra="""\
 routes:
   - model: chat
-    backends: [{{target: chat, weight: 9}}, {{target: embed, weight: 1}}]
-"""
+    backends: [{target: chat, weight: 9}, {target: embed, weight: 1}]
+""")
 
 
 @dataclass

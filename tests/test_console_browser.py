@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from console_fleet import console_fleet
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-MODELS = Path(__file__).parent / "data" / "models"
 ADMIN_TOKEN = "console-test-admin-token"
 T = TypeVar("T")
 
@@ -42,27 +42,12 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
 
-FLEET = f"""\
-engine: sim
-gpus:
-  nodes:
-    - {{name: n1, gpu_type: L40S, count: 2}}
+# "embedding" in the name: the simulator takes the task from the checkpoint and its
+# name, not from the fleet's `task:` (reported to the lead)
+FLEET = console_fleet("embedding", embed_keys="    task: embed\n", extra="""\
 gateway:
   auth: "on"
-models:
-  - name: chat
-    source: {MODELS / "Qwen--Qwen3-8B"}
-    max_model_len: 4096
-    max_num_seqs: 8
-    replicas: 2
-  # "embedding" in the name: the simulator takes the task from the checkpoint and its
-  # name, not from the fleet's `task:` (reported to the lead)
-  - name: embedding
-    source: {MODELS / "Qwen--Qwen3-Embedding-0.6B"}
-    task: embed
-    max_model_len: 2048
-    max_num_seqs: 8
-"""
+""")
 
 
 @dataclass
