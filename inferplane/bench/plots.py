@@ -9,12 +9,13 @@ a reader never sees half a PNG.
 
 from __future__ import annotations
 
+import contextlib
 import io
-import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from inferplane.deploy.yamlio import write_atomic_bytes
 
 if TYPE_CHECKING:
     from inferplane.bench.load import RunResult, Sweep
@@ -39,21 +40,33 @@ def _pyplot() -> Any:
     return plt
 
 
+@contextlib.contextmanager
+def _figure(width: float, height: float) -> Iterator[tuple[Any, Any]]:
+    """One figure and its axes, closed afterwards (pyplot keeps every open figure)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(width, height))
+    try:
+        yield fig, ax
+    finally:
+        plt.close(fig)
+
+
+def _finish(fig: Any, ax: Any, path: Path, *, xlabel: str, ylabel: str, title: str,
+            legend_loc: str | None = None) -> Path:
+    """The labels, grid and legend every bench plot has, then the PNG at `path`."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc=legend_loc)  # None: matplotlib's default placement
+    return _save(fig, path)
+
+
 def _save(fig: Any, path: Path) -> Path:
     """Render `fig` to PNG bytes, then replace `path` atomically."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(buffer.getvalue())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic_bytes(path, buffer.getvalue())
     return path
 
 
@@ -69,11 +82,9 @@ def _levels(run: RunResult | None, sweep: Sweep | None) -> list[tuple[str, RunRe
 def latency_throughput(path: Path, run: RunResult | None, sweep: Sweep | None) -> Path:
     """E2E latency p50 and p99 (and TTFT p99) against output tokens/s, a point per level;
     the sweep's knee is marked."""
-    plt = _pyplot()
     levels = _levels(run, sweep)
     xs = [r.summary.output_throughput for _, r in levels]
-    fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    try:
+    with _figure(7.0, 4.2) as (fig, ax):
         for key, label, style in (("p50", "E2E latency p50", "o-"),
                                   ("p99", "E2E latency p99", "s--")):
             ax.plot(xs, [r.summary.e2el_ms[key] / 1000 for _, r in levels], style, label=label)
@@ -88,38 +99,24 @@ def latency_throughput(path: Path, run: RunResult | None, sweep: Sweep | None) -
             ax.annotate(f"knee c={sweep.knee}", (knee.run.summary.output_throughput, 0),
                         xycoords=("data", "axes fraction"), xytext=(4, 6),
                         textcoords="offset points", fontsize=8, color="grey")
-        ax.set_xlabel("output throughput (tokens/s)")
-        ax.set_ylabel("latency (s)")
         ax.set_ylim(bottom=0)
-        ax.set_title("latency vs throughput")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+        return _finish(fig, ax, path, xlabel="output throughput (tokens/s)",
+                       ylabel="latency (s)", title="latency vs throughput")
 
 
 def ttft_cdf(path: Path, run: RunResult | None, sweep: Sweep | None) -> Path:
     """Empirical CDF of time to first token over successful requests, a curve per level."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    try:
+    with _figure(7.0, 4.2) as (fig, ax):
         for name, r in _levels(run, sweep):
             values = sorted(x.ttft_s * 1000 for x in r.results if x.success)
             if not values:
                 continue
             ys = [(i + 1) / len(values) for i in range(len(values))]
             ax.step(values, ys, where="post", label=name)
-        ax.set_xlabel("time to first token (ms)")
-        ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.set_xlim(left=0)
-        ax.set_title("TTFT CDF")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+        return _finish(fig, ax, path, xlabel="time to first token (ms)",
+                       ylabel="fraction of requests", title="TTFT CDF")
 
 
 def write_plots(out_dir: Path, run: RunResult | None, sweep: Sweep | None) -> list[Path]:
@@ -133,9 +130,7 @@ def write_plots(out_dir: Path, run: RunResult | None, sweep: Sweep | None) -> li
 def replica_timeline(path: Path, series: Mapping[str, Sequence[tuple[float, int]]],
                      hours: float, colors: dict[str, str] | None = None) -> Path:
     """Awake replicas per model over simulated hours (step lines), one colour per model."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9.0, 3.4))
-    try:
+    with _figure(9.0, 3.4) as (fig, ax):
         for model, points in series.items():
             if not points:
                 continue
@@ -149,11 +144,5 @@ def replica_timeline(path: Path, series: Mapping[str, Sequence[tuple[float, int]
         ax.set_xlim(0, hours)
         ax.set_ylim(bottom=0)
         ax.set_xticks(range(0, int(hours) + 1, 3 if hours > 12 else 1))
-        ax.set_xlabel("simulated hour of day")
-        ax.set_ylabel("awake replicas")
-        ax.set_title("replicas per model")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+        return _finish(fig, ax, path, xlabel="simulated hour of day", ylabel="awake replicas",
+                       title="replicas per model", legend_loc="upper left")

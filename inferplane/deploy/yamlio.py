@@ -34,12 +34,18 @@ def dump_docs(docs: Iterable[dict[str, Any]]) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same directory, then rename over `path`."""
+    """Write `text` as UTF-8 (newlines as given) atomically, as `write_atomic_bytes`."""
+    write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same directory, then rename over `path`: a reader
+    sees the old file or the new one, never part of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
