@@ -189,13 +189,18 @@ class EngineApp:
 
     # -- generation ------------------------------------------------------------------
 
-    async def _body(self, request: Request, kind: str) -> dict[str, Any]:
+    async def _json_object(self, request: Request) -> dict[str, Any]:
+        """The request body as a JSON object, or the 400 vLLM answers when it is not one."""
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
             raise ApiError(400, f"Invalid JSON body: {exc}") from exc
         if not isinstance(body, dict):
             raise ApiError(400, "The request body must be a JSON object.")
+        return body
+
+    async def _body(self, request: Request, kind: str) -> dict[str, Any]:
+        body = await self._json_object(request)
         validate_request(body, kind)  # field types as vLLM's protocol models check them
         return body
 

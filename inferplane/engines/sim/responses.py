@@ -134,12 +134,7 @@ class ResponsesApi:
         app = self.app
         engine = app.engine
         await app._gate()
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(400, f"Invalid JSON body: {exc}") from exc
-        if not isinstance(body, dict):
-            raise ApiError(400, "The request body must be a JSON object.")
+        body = await app._json_object(request)
         model = body.get("model", engine.model_name)
         if not isinstance(model, str):
             raise ApiError(400, "model must be a string", "model")
@@ -312,23 +307,24 @@ class ResponsesApi:
 
     # -- by id -----------------------------------------------------------------------
 
-    async def retrieve(self, request: Request) -> Response:
+    async def _stored(self, request: Request) -> tuple[str, dict[str, Any]]:
+        """The id in the path and its stored response, or the 404 vLLM answers."""
         await self.app._gate()
         response_id = request.path_params["response_id"]
         response = self.store.get(response_id)
         if response is None:
             raise _not_found(response_id)
+        return response_id, response
+
+    async def retrieve(self, request: Request) -> Response:
+        response_id, response = await self._stored(request)
         if request.query_params.get("stream", "false").lower() == "true":
             # vLLM replays only background streams' events; the simulator has none.
             raise ApiError(400, f"Unknown response_id: {response_id}", "response_id")
         return _json(_public(response))
 
     async def cancel(self, request: Request) -> Response:
-        await self.app._gate()
-        response_id = request.path_params["response_id"]
-        response = self.store.get(response_id)
-        if response is None:
-            raise _not_found(response_id)
+        response_id, response = await self._stored(request)
         if response["status"] not in ("queued", "in_progress"):
             raise ApiError(400, "Cannot cancel a synchronous response.", "response_id",
                            _INVALID)
