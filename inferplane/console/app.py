@@ -168,6 +168,14 @@ class ConsoleApp:
     def _models(self) -> list[str]:
         return self.gateway.state.client_names()
 
+    def _embeddings(self) -> set[str]:
+        """Client names (models, aliases, weighted routes) that reach an embedding model."""
+        config = self.gateway.state.config
+        names = {n for m in config.models if m.task == "embed" for n in (m.name, *m.aliases)}
+        # A route's targets share one task (the fleet file refuses mixed ones).
+        names.update(r.name for r in config.routes if r.targets[0].model in names)
+        return names
+
     def _page(self, name: str, who: str) -> str:
         refresh = 'hx-trigger="load, every 2s" hx-swap="innerHTML"'
         fast = 'hx-trigger="every 1s" hx-swap="innerHTML"'  # a restart lasts seconds
@@ -182,12 +190,14 @@ class ConsoleApp:
                     '</div><div id="logs" class="panel"><p class="note">pick a replica\'s '
                     "<b>logs</b> to see its last lines and events</p></div>")
         elif name == "charts":
-            body = "<h1>Live charts</h1>" + pages.charts_body(list(self.gateway.state.pools))
+            body = "<h1>Live charts</h1>" + pages.charts_body(
+                list(self.gateway.state.pools), self._embeddings())
         elif name == "usage":
             body = ('<h1>Keys and usage</h1><div id="usage" hx-get="/ui/partials/usage" '
                     'hx-trigger="load, every 10s" hx-swap="innerHTML"></div>')
         else:
-            body = "<h1>Playground</h1>" + pages.playground_body(self._models(), self._replicas())
+            body = "<h1>Playground</h1>" + pages.playground_body(
+                self._models(), self._replicas(), self._embeddings())
         return pages.page(name, name.title(), body, who)  # fmt: skip
 
     @property

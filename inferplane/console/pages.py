@@ -263,8 +263,14 @@ def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:.4f}"
 
 
-def charts_body(models: list[str]) -> str:
-    options = "".join(f'<option value="{e(m)}">{e(m)}</option>' for m in models)
+def chat_first(models: list[str], embeddings: set[str]) -> list[str]:
+    """Chat models before embedding ones, so the first choice answers a chat request."""
+    return sorted(models, key=lambda m: m in embeddings)
+
+
+def charts_body(models: list[str], embeddings: set[str]) -> str:
+    options = "".join(f'<option value="{e(m)}">{e(m)}</option>'
+                      for m in chat_first(models, embeddings))
     return (
         '<div class="toolbar"><label>model <select id="chart-model">' + options + "</select>"
         '</label> <span class="note" id="chart-status">waiting for samples…</span></div>'
@@ -272,8 +278,11 @@ def charts_body(models: list[str]) -> str:
     )
 
 
-def playground_body(models: list[str], replicas: dict[str, str]) -> str:
-    options = "".join(f'<option value="{e(m)}">{e(m)}</option>' for m in models)
+def playground_body(models: list[str], replicas: dict[str, str], embeddings: set[str]) -> str:
+    # data-kind: the request kind console.js selects when this model is picked.
+    options = "".join(
+        f'<option value="{e(m)}" data-kind="{"embeddings" if m in embeddings else "chat"}">'
+        f"{e(m)}</option>" for m in chat_first(models, embeddings))
     return (
         f"<form id=\"playground\" data-replicas='{e(json.dumps(replicas))}'>"
         '<div class="row"><label>model <select name="model" id="pg-model">' + options

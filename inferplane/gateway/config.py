@@ -30,6 +30,9 @@ _ROUTING = RoutingSpec()
 SCORER_NAMES = ("least_outstanding", "engine_metrics", "prefix_affinity", "session_affinity")
 
 MaxTokensMode = Literal["clamp", "reject"]
+# What the model serves (the fleet file's `task`): the console picks the playground's
+# request kind by it; the proxy path does not read it.
+ModelTask = Literal["generate", "embed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ class ModelRoute:
     endpoints: tuple[str, ...] = ()
     served_name: str | None = None  # the engine's --served-model-name when it differs
     aliases: tuple[str, ...] = ()
+    task: ModelTask = "generate"
     scorers: tuple[str, ...] = ("least_outstanding",)
     max_concurrency_per_replica: int = 256  # vLLM's default max_num_seqs
     max_tokens_cap: int | None = None

@@ -53,6 +53,7 @@ def model_route(
         endpoints=tuple(model.endpoints or ()),
         served_name=model.engine_model_name if model.engine_model_name != model.name else None,
         aliases=tuple(model.aliases),
+        task=model.task,
         scorers=POLICY_SCORERS[model.routing.policy],
         session_header=model.routing.session_header,
         max_concurrency_per_replica=(

@@ -133,6 +133,16 @@
     const out = document.getElementById("pg-output");
     const timings = document.getElementById("pg-timings");
     const replicas = JSON.parse(form.dataset.replicas || "{}");
+    const modelSelect = document.getElementById("pg-model");
+    const kindSelect = document.getElementById("pg-kind");
+    // Picking a model picks the request kind it serves (its option's data-kind), so an
+    // embedding model is not sent a chat request; the kind can still be changed after.
+    function matchKind() {
+      const option = modelSelect.selectedOptions[0];
+      if (option && option.dataset.kind) kindSelect.value = option.dataset.kind;
+    }
+    modelSelect.addEventListener("change", matchKind);
+    matchKind();
 
     function show(items) {
       timings.replaceChildren();
