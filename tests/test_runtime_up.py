@@ -15,16 +15,13 @@ import httpx
 import openai
 import psutil
 import pytest
+from sim_runtime import FAST
 
 from inferplane.engines.sim.config import FaultConfig
 from inferplane.errors import InferplaneError
 from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
 from inferplane.spec import load_fleet
 
-FAST = SupervisorSettings(
-    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
-    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
-)
 FLEET = """\
 engine: sim
 models:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from scaling_runtime import CHAT_FLEET, start_runtime
+from sim_runtime import CHAT_FLEET, start_runtime
 
 from inferplane.engines.sim.config import FaultConfig
 from inferplane.scaling.events import read_events

@@ -15,7 +15,7 @@ import itertools
 from pathlib import Path
 
 import httpx
-from scaling_runtime import CHAT_FLEET, start_runtime
+from sim_runtime import CHAT_FLEET, start_runtime
 
 from inferplane.scaling.events import read_events
 from inferplane.scaling.policy import Decision, ModelAutoscaler, Observation

@@ -8,14 +8,11 @@ from pathlib import Path
 
 import httpx
 from planner_fleets import fleet
+from sim_runtime import FAST
 
-from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.runtime import Runtime, RuntimeOptions
 from inferplane.scaling.events import read_events
 
-FAST = SupervisorSettings(
-    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
-    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
-)
 SWAP = """\
 engine: sim
 gpus:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from rich.console import Console
-from scaling_runtime import CHAT_FLEET, start_runtime
+from sim_runtime import CHAT_FLEET, start_runtime
 
 from inferplane.cli.up import print_status
 from inferplane.engines.sim.config import FaultConfig

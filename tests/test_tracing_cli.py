@@ -15,18 +15,15 @@ import httpx
 import pytest
 import pytest_asyncio
 import yaml
+from sim_runtime import FAST
 from typer.testing import CliRunner
 
 from inferplane.cli.main import _register_commands, app
 from inferplane.errors import USAGE_EXIT_CODE, InferplaneError
-from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.runtime import Runtime, RuntimeOptions
 from inferplane.spec import load_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = SupervisorSettings(
-    probe_interval_s=0.2, probe_timeout_s=0.5, failure_threshold=3, startup_deadline_s=30,
-    backoff_initial_s=0.2, backoff_max_s=1.0, stop_timeout_s=5,
-)
 RID = "trace-me-1"
 
 

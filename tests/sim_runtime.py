@@ -1,6 +1,6 @@
-"""Shared setup of the autoscaler tests that run real simulated engine processes, the
-gateway and the autoscaler on 127.0.0.1: fast supervisor settings, the one-model fleet they
-vary, and a started, settled Runtime."""
+"""Shared setup of the tests that run a Runtime on real simulated engine processes on
+127.0.0.1: fast supervisor settings, and for the autoscaler tests the one-model fleet they
+vary and a started, settled Runtime."""
 
 from __future__ import annotations
 
