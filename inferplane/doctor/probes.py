@@ -289,9 +289,22 @@ def probe_advice(engine: EngineContainer, lt: LoadTime) -> list[Advice]:
 
 def lint_manifests(path: Path, *, models_root: Path | None = None,
                    options: RenderOptions | None = None) -> list[Advice]:
-    """Probe advice for every vLLM container in the manifests at `path` (file or dir)."""
+    """Probe advice for every vLLM container in the manifests at `path` (file or dir);
+    an InferplaneError when none runs vLLM (nothing was checked)."""
     opts = options or RenderOptions()
+    files = manifest_files(path)
+    engines = find_engines(files)
+    if not engines:
+        # "no advice" would read as "the probes are fine" when nothing was checked.
+        looked = (f"{len(files)} manifest file(s) (.yaml, .yml, .json) under it" if path.is_dir()
+                  else "its documents")
+        raise InferplaneError(
+            f"no container runs `vllm serve` (or vLLM's API server module) in {looked}",
+            field="manifests", value=str(path),
+            fix="point lint at the manifests of your vLLM workloads (Pod, Deployment, "
+                "StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, LeaderWorkerSet), or at "
+                "one fleet file")  # fmt: skip
     out: list[Advice] = []
-    for engine in find_engines(manifest_files(path)):
+    for engine in engines:
         out.extend(probe_advice(engine, load_time(weights_bytes(engine, models_root), opts)))
     return out
