@@ -12,9 +12,10 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
+from model_factory import embed_model_dir
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from test_gateway_fakes import Harness, harness  # noqa: F401
-from test_sim_fields import SCHEMA, TOOLS, _embed_dir
+from test_sim_fields import SCHEMA, TOOLS
 
 from inferplane.engines.sim.config import SimEngineConfig
 from inferplane.engines.sim.host import EngineHost
@@ -30,8 +31,8 @@ def client(harness: Harness, tmp_path_factory: pytest.TempPathFactory  # noqa: F
     base = tmp_path_factory.mktemp("sdk-models")
     configs = [
         SimEngineConfig(model="chat", max_model_len=2048, eos_after_tokens=6),
-        SimEngineConfig(model="emb", model_dir=_embed_dir(base / "plain")),
-        SimEngineConfig(model="mrl", model_dir=_embed_dir(base / "mrl", is_matryoshka=True)),
+        SimEngineConfig(model="emb", model_dir=embed_model_dir(base / "plain")),
+        SimEngineConfig(model="mrl", model_dir=embed_model_dir(base / "mrl", is_matryoshka=True)),
     ]
     with EngineHost(configs) as handles:
         routes = tuple(ModelRoute(h.engine.model_name, endpoints=(h.url,)) for h in handles)
