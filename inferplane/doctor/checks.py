@@ -411,6 +411,15 @@ def check_state_dir(inp: DoctorInput) -> Check:
                      "$INFERPLANE_STATE_DIR or ./.inferplane)")
     why = inp.host.dir_unwritable(inp.state_dir)
     if why is None:
+        from inferplane.runtime.state import StateDir  # reads the pid file, writes nothing
+
+        pid = StateDir(inp.state_dir).running_pid()
+        if pid is not None:  # writable, but `up` refuses a directory another `up` holds
+            return Check("state-dir", "warn", f"a fleet is already running from state "
+                         f"directory {inp.state_dir} (pid {pid}): `up` refuses it",
+                         None, [f"{inp.state_dir / 'up.pid'}: {pid}"],
+                         "stop it with `inferplane down --state-dir "
+                         f"{inp.state_dir}`, or give `up` another --state-dir")  # fmt: skip
         return Check("state-dir", "pass", f"state directory {inp.state_dir} is writable")
     return Check("state-dir", "fail", f"state directory {inp.state_dir} is not writable: "
                  f"{why}", None, [why], "fix its permissions, or give `up` another one "
