@@ -1,6 +1,7 @@
-"""The console's model pickers know which models embed: a newcomer's first click in the
-playground sends a chat model a chat request, not an embedding model (found trying the
-demo fleet, whose first model is its embedding model)."""
+"""Rough edges a newcomer hit in the console (found trying the demo fleet): the model
+pickers know which models embed, so the playground's first click sends a chat model a chat
+request (the demo's first model is its embedding model); a wrong bearer token is called
+wrong, not missing."""
 
 from __future__ import annotations
 
@@ -76,3 +77,20 @@ def test_the_fleet_files_task_reaches_the_gateway_config(tmp_path: Path) -> None
 async def test_a_fleet_of_embedding_models_still_lists_them(page: str) -> None:
     config = GatewayConfig(models=(ModelRoute("e", task="embed"),))
     assert "e" in [m for m, _ in OPTION.findall(await _page(config, page))]
+
+
+async def test_a_wrong_bearer_token_is_named_as_wrong_not_as_missing() -> None:
+    from inferplane.tenancy.service import Tenancy
+
+    app = build_app(_config())
+    app.tenancy = Tenancy(None, auth="on", admin_token="s3cret")
+    attach(app, None, "INFERPLANE_ADMIN_TOKEN")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        wrong = await client.get("/ui/api/models", headers={"Authorization": "Bearer sk-key"})
+        missing = await client.get("/ui/api/models")
+    assert wrong.status_code == missing.status_code == 401
+    message = wrong.json()["error"]["message"]
+    assert "not the gateway's admin token" in message and "INFERPLANE_ADMIN_TOKEN" in message
+    assert "Bearer TOKEN" in missing.json()["error"]["message"]  # none sent: how to send it
+    assert "chat" not in wrong.text  # no data either way

@@ -112,7 +112,8 @@ class ConsoleApp:
         verdict = auth.check(self.gateway.tenancy, headers)
         is_api = path.startswith("/ui/api/")
         if verdict in ("missing", "disabled"):
-            await self._refuse(send, verdict, is_api or path.startswith("/ui/partials/"))
+            await self._refuse(send, verdict, is_api or path.startswith("/ui/partials/"),
+                               wrong_token=bool(auth.bearer(headers)))
             return
         if is_api and method == "POST" and not any(n == b"x-inferplane-console"
                                                    for n, _ in headers):
@@ -300,11 +301,15 @@ class ConsoleApp:
         return pages.login("The console shows the whole fleet and can restart engines: it "
                            "needs the gateway's admin token.", self.admin_token_env, error)
 
-    async def _refuse(self, send: Send, verdict: str, is_api: bool) -> None:
+    async def _refuse(self, send: Send, verdict: str, is_api: bool, wrong_token: bool) -> None:
         if verdict == "disabled":
             message = (f"the console needs the admin token but none is set: export "
                        f"{self.admin_token_env} before `inferplane up`")  # fmt: skip
             status = 403
+        elif wrong_token:  # say so: "needs the admin token" reads as "none was sent"
+            message = ("the bearer token is not the gateway's admin token (the value of "
+                       f"{self.admin_token_env}; API keys do not open the console)")
+            status = 401
         else:
             message = ("the console needs the admin token: 'Authorization: Bearer TOKEN' "
                        "or sign in at /ui/login")  # fmt: skip
