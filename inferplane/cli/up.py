@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -165,6 +166,16 @@ def up(
     from inferplane.spec import load_fleet
 
     spec = load_fleet(fleet)
+    state = up_state_dir(state_dir)
+    other = state.running_pid()
+    # Refused here, before the plan is made and printed (a page of tables and warnings that
+    # buried this one line); the runtime's claim checks again when it takes the directory.
+    if other is not None and other != os.getpid():
+        raise InferplaneError(
+            f"a fleet is already running from this state directory (pid {other})",
+            field="--state-dir", value=str(state.path),
+            fix="stop it with `inferplane down`, or pass another --state-dir",
+        )
     if not web_console:
         gateway = spec.gateway.model_copy(update={"console": False})
         spec = spec.model_copy(update={"gateway": gateway})
@@ -185,15 +196,7 @@ def up(
             "grace period cannot be negative", field="--grace-period-s",
             value=grace_period_s, fix="use 0 (stop at once) or more seconds",
         )
-    state = up_state_dir(state_dir)
     if detach:
-        other = state.running_pid()
-        if other is not None:
-            raise InferplaneError(
-                f"a fleet is already running from this state directory (pid {other})",
-                field="--state-dir", value=str(state.path),
-                fix="stop it with `inferplane down`, or pass another --state-dir",
-            )
         argv = [
             *control.python_argv(), "up", str(fleet.resolve()), "--state-dir", str(state.path),
             "--grace-period-s", str(grace_period_s),
