@@ -20,6 +20,7 @@ from inferplane.errors import InferplaneError
 from inferplane.gpus.catalog import find_gpu
 from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.spec import FleetSpec, ModelSpec
+from inferplane.spec.extra_args import extra_args_argv
 
 ENGINE_HOST = "127.0.0.1"
 
@@ -65,6 +66,11 @@ def _sim_gpu(fleet: FleetSpec) -> str:
     return DEFAULT_GPU
 
 
+# The `extra_args` a simulated engine honours as vLLM does (they change which requests it
+# accepts); the others tune what the simulator does not model and are not passed.
+SIM_EXTRA_FLAGS = ("max-logprobs", "enable-auto-tool-choice")
+
+
 def sim_argv(
     model: ModelSpec,
     *,
@@ -89,6 +95,8 @@ def sim_argv(
     argv += _planned_args(planned) if planned is not None else _fleet_file_args(model)
     if model.task == "embed":  # as the vLLM argv does (--runner pooling)
         argv += ["--runner", "pooling"]
+    argv += extra_args_argv({flag: value for flag, value in model.extra_args.items()
+                             if flag in SIM_EXTRA_FLAGS})
     if faults is not None:
         argv += ["--load-time-s", str(faults.load_time_s), "--fail-rate", str(faults.fail_rate)]
         argv += ["--slowdown", str(faults.slowdown)]
