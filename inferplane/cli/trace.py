@@ -40,6 +40,11 @@ def trace(
             "empty request id", field="REQUEST_ID", fix="pass the x-request-id of a response"
         )
     state = find_state_dir(state_dir)
+    if not state.path.is_dir():  # a mistyped --state-dir, not a missing request
+        raise InferplaneError(
+            "no fleet has run from this state directory", field="--state-dir",
+            value=str(state.path), fix="pass the directory `inferplane up` ran with "
+            "(`inferplane status` finds a running fleet without it)")  # fmt: skip
     log_dir = state.log_dir
     searched: list[str] = []
     access = log_dir / ACCESS_LOG
@@ -54,12 +59,13 @@ def trace(
     if ledger is not None:
         searched.append(ledger)
     if not (records or engine_lines or usage):
+        where = ", ".join(searched) if log_dir.is_dir() else f"{log_dir} (no logs yet)"
         raise InferplaneError(
-            f"request id {request_id!r} is not in the fleet's logs",
-            field="REQUEST_ID", value=request_id,
-            fix=f"searched {', '.join(searched) or 'nothing: ' + str(log_dir) + ' is missing'}; "
-            "the access log is written within a second of the response; pass the fleet's "
-            "--state-dir if it runs from another directory",
+            f"request id {request_id!r} is not in the fleet's logs (searched {where})",
+            field="REQUEST_ID",
+            fix="give the x-request-id of a response from this fleet (the access log is "
+            "written within a second of the response), or pass the fleet's --state-dir if "
+            "it runs from another directory",
         )
     # The gateway names a replica by its URL; the state file says which instance that is.
     instances = {
