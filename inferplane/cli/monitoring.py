@@ -16,6 +16,7 @@ from inferplane.errors import InferplaneError
 if TYPE_CHECKING:
     from inferplane.monitoring.targets import Target
     from inferplane.planner.plan import Plan
+    from inferplane.runtime.state import StateDir
     from inferplane.spec import FleetSpec
 
 ENGINE_HOST = "127.0.0.1"  # = inferplane.runtime.instances.ENGINE_HOST (light import here)
@@ -40,10 +41,9 @@ def monitoring(
     from inferplane.monitoring.files import NAMESPACE, monitoring_files
     from inferplane.monitoring.live import targets_of
     from inferplane.monitoring.targets import GATEWAY_TARGETS, TargetsWriter, file_sd
-    from inferplane.runtime.registry import find_state_dir
     from inferplane.spec import load_fleet
 
-    state = find_state_dir(state_dir)
+    state = _state_dir(fleet, state_dir)
     status = state.read() if state.running_pid() is not None else None
     if fleet is None:
         if status is None or not status.get("fleet"):
@@ -104,6 +104,23 @@ def monitoring(
     for note in notes:
         typer.echo(f"note: {note}")
     typer.echo(f"run: {doc['prometheus']}  (Grafana: docs/monitoring.md)")
+
+
+def _state_dir(fleet: Path | None, explicit: Path | None) -> StateDir:
+    """The running fleet's directory as `status` finds it; given FLEET while several fleets
+    run, the one started from FLEET, else none (the files then come from FLEET's plan: the
+    other fleets are no reason to refuse)."""
+    from inferplane.runtime.registry import find_state_dir, running_fleets, up_state_dir
+
+    try:
+        return find_state_dir(explicit)
+    except InferplaneError:
+        if fleet is None:
+            raise
+        for state in running_fleets():
+            if (state.read() or {}).get("fleet") == str(fleet.resolve()):
+                return state
+        return up_state_dir(None)  # not running: no live targets
 
 
 def _plan(spec: FleetSpec, fleet: Path, given: Path | None, running: Path | None) -> Plan:
