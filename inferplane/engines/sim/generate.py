@@ -249,20 +249,31 @@ class Generation:
     async def stream(self) -> AsyncIterator[bytes]:
         """SSE chunks as tokens arrive, `[DONE]` at the end (and usage when asked)."""
         model, created, rid = self.sampling.model, self.created, self.request_id
+        # vLLM sends the role chunks on its first engine output (after prefill), so a
+        # client's time to the first chunk is the time to the first token, as on vLLM.
+        role_due = self.chat
         try:
-            if self.chat:
-                for choice in self.choices:
-                    chunk = chat_chunk(rid, model, created, choice.index,
-                                       {"role": "assistant", "content": ""}, None)
-                    yield _sse(self._with_usage(chunk, choice, 0))
             async for choice, event in self._events():
+                if role_due:
+                    role_due = False
+                    for chunk in self._role_chunks():
+                        yield chunk
                 yield _sse(self._with_usage(self._chunk(choice, event), choice, event.index + 1))
+            if role_due:  # no token at all: the stream still opens with the role
+                for chunk in self._role_chunks():
+                    yield chunk
             if self.sampling.include_usage:
                 obj = "chat.completion.chunk" if self.chat else "text_completion"
                 yield _sse(usage_chunk(rid, model, created, obj, self._usage()))
             yield b"data: [DONE]\n\n"
         finally:
             self.close()
+
+    def _role_chunks(self) -> list[bytes]:
+        model, created, rid = self.sampling.model, self.created, self.request_id
+        return [_sse(self._with_usage(chat_chunk(rid, model, created, choice.index,
+                                                 {"role": "assistant", "content": ""}, None),
+                                      choice, 0)) for choice in self.choices]  # fmt: skip
 
     def _with_usage(self, chunk: dict[str, Any], choice: _Choice, tokens: int
                     ) -> dict[str, Any]:
