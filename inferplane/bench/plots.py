@@ -20,7 +20,10 @@ from inferplane.deploy.yamlio import write_atomic_bytes
 if TYPE_CHECKING:
     from inferplane.bench.load import RunResult, Sweep
 
-INSTALL_HINT = "pip install 'inferplane[plots]' (or: pip install matplotlib)"
+# A source checkout (scripts/demo.sh's `pip install -e .`) takes the extra from `.`: the
+# package-name form would look the name up on the index instead.
+INSTALL_HINT = ("pip install -e '.[plots]' in a source checkout (as scripts/demo.sh "
+                "installed it), else pip install 'inferplane[plots]' (or: pip install matplotlib)")
 LATENCY_THROUGHPUT_PNG = "latency-throughput.png"
 TTFT_CDF_PNG = "ttft-cdf.png"
 
