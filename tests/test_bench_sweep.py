@@ -73,3 +73,18 @@ def test_best_level_within_the_slo() -> None:
     assert best_within_slo(rows, {"ttft_ms": 1000}) == 16
     assert best_within_slo(rows, {"ttft_ms": 50}) is None
     assert best_within_slo(rows, {}) is None
+
+
+def test_a_sweep_still_growing_at_its_last_level_reports_no_knee(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET)
+    fixed = replace(DEFAULT_CALIBRATION, fixed_prefill_step_s=0.025, fixed_decode_step_s=0.025)
+    with FleetOnSim(path, calibration=fixed) as target:
+
+        def requests(level: int) -> list[BenchRequest]:
+            return random_dataset(2 * level, input_len=32, output_len=16, seed=level).requests
+
+        # the engine runs 4 sequences: at 1 and 2 throughput is still doubling
+        result = asyncio.run(sweep(target.url, requests, [1, 2], model="chat", warmup=1))
+    assert result.knee is None
+    assert "still growing at concurrency 2" in result.stopped

@@ -244,6 +244,11 @@ async def sweep(
                 break
     knee = find_knee([(r.concurrency, r.run.summary.output_throughput) for r in rows
                       if not r.run.summary.failed])
+    if knee is not None and rows and knee == rows[-1].concurrency and len(rows) > 1:
+        # Nothing past it shows the curve bending: the knee is above the levels run.
+        stopped = (f"{stopped}: throughput still growing at concurrency {knee}; "
+                   "add higher levels to find the knee")
+        knee = None
     return Sweep(rows, knee, stopped, best_within_slo(rows, slo or {}))
 
 

@@ -368,7 +368,8 @@ def _print(document: dict[str, Any], run: RunResult | None, swept: Sweep | None)
                           f"{d['output_throughput_tok_s']:.0f}",
                           f"{d['request_throughput_req_s']:.2f}", str(d["failed"]))
         console.print(table)
-        console.print(f"knee (sweet spot): concurrency {swept.knee}; stopped: {swept.stopped}")
+        knee = f"concurrency {swept.knee}" if swept.knee is not None else "not reached"
+        console.print(f"knee (sweet spot): {knee}; stopped: {swept.stopped}")
         if document["slo"]:
             best = swept.best_within_slo
             console.print("best within the SLO (p99): " + (
