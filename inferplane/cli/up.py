@@ -67,7 +67,7 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
                 "(it retries with backoff; the state shown is the last one it saw)")
     say(out, f"gateway: {status['gateway']['url']}/v1")
     if status["gateway"].get("console"):  # docs/console.md
-        say(out, f"console: {status['gateway']['url']}/ui")
+        say(out, f"console: {status['gateway']['url']}/ui{_console_access(status)}")
     if status.get("monitoring_dir"):  # docs/monitoring.md
         say(out, f"monitoring: prometheus --config.file={status['monitoring_dir']}/prometheus.yml")
     tenancy = status.get("tenancy")
@@ -91,6 +91,19 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
     failed = [i for i in status.get("instances", []) if i["state"] == "failed"]
     for inst in failed:
         say(out, f"[red]{inst['name']} failed:[/] {inst['last_error']}")
+
+
+def _console_access(status: dict[str, Any]) -> str:
+    """Who may open the console, as inferplane.console.auth decides it."""
+    tenancy = status.get("tenancy")
+    if not tenancy or "admin_token" not in tenancy:  # no tenancy, or an older state.json
+        return ""
+    env = tenancy.get("admin_token_env") or "INFERPLANE_ADMIN_TOKEN"
+    if tenancy["admin_token"]:
+        return f" (sign in with the admin token, ${env})"
+    if tenancy.get("auth_required"):
+        return f" (refused until ${env} is set: auth is on)"
+    return ""
 
 
 def _duration(seconds: float | None) -> str:

@@ -733,6 +733,9 @@ class Runtime:
             if t.store is not None else None,
             "auth": t.auth_mode,
             "auth_required": t.auth_required,
+            # whether an admin token is set (never the token): who may open the console
+            "admin_token": bool(t.admin_token),
+            "admin_token_env": self.fleet.gateway.admin_token_env,
         }
 
     def _write_database_url(self) -> None:
