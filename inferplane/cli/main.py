@@ -6,6 +6,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from inferplane import __version__
 from inferplane.errors import USAGE_EXIT_CODE, InferplaneError
@@ -55,5 +56,7 @@ def main() -> None:
     try:
         app()  # standalone: click prints usage errors itself and exits 2
     except InferplaneError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False)
+        # escaped: a fix such as pip install 'inferplane[tracing]' or an [::1] address is
+        # text, not Rich markup (unescaped, "[tracing]" vanished from the message)
+        err_console.print(f"[bold red]error:[/] {escape(exc.render())}", highlight=False)
         sys.exit(USAGE_EXIT_CODE)
