@@ -49,8 +49,9 @@ Handler = Callable[[Scope, Receive, Send, str, "RequestTrace"], Awaitable[None]]
 DEFAULT_SERVICE_NAME = "inferplane-gateway"
 OTLP_TRACES_PATH = "/v1/traces"
 _MISSING = (
-    "tracing needs OpenTelemetry, which is not installed: pip install 'inferplane[tracing]' "
-    "(opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http)"
+    "tracing needs OpenTelemetry, which is not installed: pip install -e '.[tracing]' in a "
+    "source checkout (as scripts/demo.sh installed it), else pip install "
+    "'inferplane[tracing]' (opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http)"
 )
 
 
