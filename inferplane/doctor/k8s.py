@@ -34,8 +34,11 @@ class KubernetesApi:
             from kubernetes import client, config
         except ImportError:
             raise InferplaneError(
-                "the Kubernetes client is not installed", field="--pod", value="kubernetes",
-                fix="pip install 'inferplane[k8s]'",
+                # shared by `diagnose --pod` and `doctor --k8s`: name the package, not a flag
+                "the Kubernetes client (the kubernetes package) is not installed",
+                field="kubernetes",
+                fix="pip install -e '.[k8s]' in a source checkout, else pip install "
+                "'inferplane[k8s]' (or: pip install kubernetes)",
             ) from None
         try:
             config.load_kube_config()
