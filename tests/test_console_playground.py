@@ -1,7 +1,7 @@
 """Rough edges a newcomer hit in the console (found trying the demo fleet): the model
 pickers know which models embed, so the playground's first click sends a chat model a chat
 request (the demo's first model is its embedding model); a wrong bearer token is called
-wrong, not missing."""
+wrong, not missing; an endpoint nothing checked is "external", not "ready"."""
 
 from __future__ import annotations
 
@@ -94,3 +94,21 @@ async def test_a_wrong_bearer_token_is_named_as_wrong_not_as_missing() -> None:
     assert "not the gateway's admin token" in message and "INFERPLANE_ADMIN_TOKEN" in message
     assert "Bearer TOKEN" in missing.json()["error"]["message"]  # none sent: how to send it
     assert "chat" not in wrong.text  # no data either way
+
+
+def test_an_endpoint_replica_is_external_not_ready_until_ejected() -> None:
+    from inferplane.console.views import models_view
+    from inferplane.gateway import Backend
+
+    app = build_app(GatewayConfig(models=(ModelRoute("ext", endpoints=("http://127.0.0.1:9",)),)))
+    (backend,) = app.state.backends("ext")
+    assert isinstance(backend, Backend)
+
+    def state() -> str:
+        (model,) = models_view(app, None)["models"]
+        (replica,) = model["replicas"]
+        return str(replica["state"])
+
+    assert state() == "external"  # nothing checked it: not "ready"
+    backend.ejected = True  # what the gateway does after the replica's own failures
+    assert state() == "ejected"

@@ -21,7 +21,7 @@ PAGES = (
 STATE_CLASS = {
     "ready": "ok", "loading": "busy", "starting": "busy", "restarting": "busy",
     "unhealthy": "warn", "draining": "warn", "sleeping": "idle", "stopped": "idle",
-    "failed": "bad", "not running": "idle",
+    "failed": "bad", "not running": "idle", "external": "idle", "ejected": "warn",
 }  # fmt: skip
 
 

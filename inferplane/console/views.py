@@ -15,6 +15,7 @@ from inferplane.console.source import FleetSource
 if TYPE_CHECKING:
     from inferplane.console.sampler import Sampler
     from inferplane.gateway.app import GatewayApp
+    from inferplane.gateway.backend import Backend
     from inferplane.planner.plan import InstanceMemory, Plan, PlanGpu, PlanInstance
 
 MAX_LOG_LINES = 500
@@ -133,8 +134,8 @@ def models_view(gateway: GatewayApp, source: FleetSource | None) -> dict[str, An
         route = pool.route
         replicas = by_model.get(name)
         if replicas is None:  # endpoints or a gateway without a runtime: its backends
-            replicas = [{"name": b.label, "state": "ready" if b.ready else "not ready",
-                         "restarts": None, "url": b.url} for b in pool.backends]  # fmt: skip
+            replicas = [{"name": b.label, "state": _endpoint_state(b), "restarts": None,
+                         "url": b.url} for b in pool.backends]  # fmt: skip
         for rep in replicas:
             b = routable.get(str(rep.get("url") or "").rstrip("/"))
             rep["routable"] = b is not None and b.ready and not b.ejected
@@ -145,6 +146,14 @@ def models_view(gateway: GatewayApp, source: FleetSource | None) -> dict[str, An
             "replicas": replicas,
         })  # fmt: skip
     return {"models": models, "routes": routes_view(gateway)}
+
+
+def _endpoint_state(b: Backend) -> str:
+    """An endpoint nothing supervises is "external" (as `inferplane status` says), not
+    "ready": the gateway only learns it is down from failed requests (then "ejected")."""
+    if b.ejected:
+        return "ejected"
+    return "external" if b.ready else "not ready"
 
 
 def routes_view(gateway: GatewayApp) -> list[dict[str, Any]]:
