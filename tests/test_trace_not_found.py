@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from inferplane.cli.main import _register_commands, app
@@ -37,3 +38,21 @@ def test_a_state_dir_that_does_not_exist_is_the_error(tmp_path: Path) -> None:
     error = _trace("any", "--state-dir", str(tmp_path / "typo"))
     assert error.field == "--state-dir" and error.value == str((tmp_path / "typo").resolve())
     assert "no fleet has run from this state directory" in error.message
+
+
+def test_the_header_names_an_endpoint_once_and_a_gateway_answer_as_such(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from inferplane.cli.trace import _print
+
+    base = {"status": 502, "events": [], "prompt_tokens": 0, "completion_tokens": 0}
+    requests = [
+        {**base, "model": "chat", "replica": "http://127.0.0.1:5", "instance": "chat-0"},
+        {**base, "model": "ext", "replica": "http://127.0.0.1:9", "instance": "http://127.0.0.1:9"},
+        {**base, "model": "-", "replica": "-", "instance": "-"},
+    ]
+    _print({"request_id": "r", "requests": requests, "engine_log": [], "usage": []})
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("request")]
+    assert "replica chat-0 (http://127.0.0.1:5)" in lines[0]
+    assert "replica http://127.0.0.1:9," in lines[1] and "(http://127.0.0.1:9)" not in lines[1]
+    assert "no replica (the gateway answered itself)" in lines[2]

@@ -195,13 +195,21 @@ def _clock(at: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1000) % 1000:03d}"
 
 
+def _replica(req: dict[str, Any]) -> str:
+    """The instance and its URL; an endpoint (no instance) by its URL alone; none when the
+    gateway answered itself (an unknown model, a refusal)."""
+    url, instance = req.get("replica"), req.get("instance")
+    if not url or url == "-":
+        return "no replica (the gateway answered itself)"
+    return f"replica {url}" if instance in (None, "", url) else f"replica {instance} ({url})"
+
+
 def _print(doc: dict[str, Any]) -> None:
     say = typer.echo
     for req in doc["requests"]:
         say(
-            f"request {doc['request_id']}: model {req.get('model', '-')}, replica "
-            f"{req.get('instance') or '-'} ({req.get('replica', '-')}), status "
-            f"{req.get('status')}, tokens "
+            f"request {doc['request_id']}: model {req.get('model', '-')}, "
+            f"{_replica(req)}, status {req.get('status')}, tokens "
             f"{req.get('prompt_tokens', 0)} prompt + {req.get('completion_tokens', 0)} "
             f"completion, retries {req.get('retries', 0)}"
         )
