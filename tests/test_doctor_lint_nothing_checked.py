@@ -9,9 +9,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from inferplane.cli.main import app
+from inferplane.cli.main import _register_commands, app
 
 runner = CliRunner()
+_register_commands()  # `lint` is registered on import of its module, as main() does
 MANIFESTS = Path(__file__).parent / "data" / "doctor" / "manifests"
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
