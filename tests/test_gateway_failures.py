@@ -255,6 +255,13 @@ def test_access_log_has_metadata_and_no_prompt_text(harness: Harness, tmp_path) 
     assert line["prompt_tokens"] == 7 and line["completion_tokens"] == 2
     assert {"queue_wait_s", "upstream_ttft_s", "total_s", "replica"} <= set(line)
     assert b"secret" not in log.read_bytes() and b"hello there" not in log.read_bytes()
+    unknown = {**secret, "model": "no-such-model"}
+    r = http.post(url + "/v1/chat/completions", json=unknown, headers={"x-request-id": "u1"})
+    assert r.status_code == 404
+    wait_until(lambda: b"u1" in log.read_bytes())
+    refused = next(orjson.loads(raw) for raw in log.read_bytes().splitlines() if b'"u1"' in raw)
+    assert refused["model"] == "-" and refused["requested_model"] == "no-such-model"
+    assert refused["status"] == 404 and refused["received_at"] > 0  # `inferplane trace` reads both
 
 
 def test_backends_can_be_replaced_while_serving(harness: Harness) -> None:  # noqa: F811

@@ -207,8 +207,11 @@ def _replica(req: dict[str, Any]) -> str:
 def _print(doc: dict[str, Any]) -> None:
     say = typer.echo
     for req in doc["requests"]:
+        model = req.get("model", "-")
+        if req.get("requested_model"):  # an unknown model: what the client asked for
+            model = f"{model} (asked for `{req['requested_model']}`)"
         say(
-            f"request {doc['request_id']}: model {req.get('model', '-')}, "
+            f"request {doc['request_id']}: model {model}, "
             f"{_replica(req)}, status {req.get('status')}, tokens "
             f"{req.get('prompt_tokens', 0)} prompt + {req.get('completion_tokens', 0)} "
             f"completion, retries {req.get('retries', 0)}"

@@ -541,7 +541,8 @@ class GatewayApp:
             pool = self.state.resolve(model)
         if pool is None:
             self._tenancy_done(adm, est, rid, model, _Record(), 404, 0.0, stream)
-            await self._reject(send, 404, f"The model `{model}` does not exist.", rid, "-", "model")
+            await self._reject(send, 404, f"The model `{model}` does not exist.", rid, "-", "model",
+                               requested=model)
             return
         lane = pool.route.long_prompt_lane
         if lane is not None and estimate_prompt_tokens(body) > lane.threshold_tokens:
@@ -1002,14 +1003,19 @@ class GatewayApp:
             await self._respond(send, 502, error_body(502, message), rid)
 
     async def _reject(
-        self, send: Send, status: int, message: str, rid: bytes, model: str, param: str | None
+        self, send: Send, status: int, message: str, rid: bytes, model: str, param: str | None,
+        requested: str | None = None,
     ) -> None:
         await self._respond(send, status, error_body(status, message, param), rid)
-        self.metrics.series(model, "-").count(status)
+        self.metrics.series(model, "-").count(status)  # never the client's name: bounded labels
         if self.access_log is not None:
-            self.access_log.write(
-                {"request_id": rid.decode("latin-1"), "model": model, "status": status}
-            )
+            record: dict[str, Any] = {
+                "request_id": rid.decode("latin-1"), "received_at": round(time.time(), 6),
+                "model": model, "status": status,
+            }
+            if requested is not None:  # what an unknown-model request asked for (trace)
+                record["requested_model"] = requested[:256]
+            self.access_log.write(record)
 
     def _account(self, route: ModelRoute, rec: _Record, total: float, rid: bytes) -> None:
         replica = rec.backend.label if rec.backend is not None else "-"
