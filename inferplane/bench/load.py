@@ -11,13 +11,13 @@ as failed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from inferplane.aio import cancel_and_wait
 from inferplane.bench.client import RequestResult, send
 from inferplane.bench.datasets import BenchRequest
 from inferplane.bench.metrics import Summary, summarize
@@ -141,11 +141,7 @@ async def run_load(
         tasks = [asyncio.ensure_future(one(session, r, at))
                  for r, at in zip(requests, offsets, strict=True)]
         done, pending = await asyncio.wait(tasks, timeout=max_duration_s)
-        for task in pending:
-            task.cancel()
-        for task in pending:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*pending)
         for task in done:
             task.result()  # `one` never raises for request errors; surface bugs
     duration = time.perf_counter() - start

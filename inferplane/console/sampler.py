@@ -16,7 +16,6 @@ at is never scraped twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from inferplane.aio import cancel_and_wait
 from inferplane.console import series as S
 from inferplane.console.source import FleetSource
 
@@ -93,10 +93,7 @@ class Sampler:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:

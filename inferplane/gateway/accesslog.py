@@ -7,11 +7,12 @@ Lines are buffered and written in batches by a background task so logging costs 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from typing import IO, Any
 
 import orjson
+
+from inferplane.aio import cancel_and_wait
 
 
 class AccessLog:
@@ -49,11 +50,8 @@ class AccessLog:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         self.flush()
         if self._path and self._file is not None:
             self._file.close()

@@ -4,11 +4,11 @@ readmit replicas that passive health checking ejected."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 import aiohttp
 
+from inferplane.aio import cancel_and_wait
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.engine_metrics import parse_engine_load
 from inferplane.gateway.pool import Pool
@@ -92,9 +92,5 @@ class Monitor:
         )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()

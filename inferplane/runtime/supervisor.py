@@ -29,7 +29,6 @@ An instance's own `startup_deadline_s` (sized from its weights) overrides the de
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import time
@@ -41,6 +40,7 @@ from typing import Literal
 
 import aiohttp
 
+from inferplane.aio import cancel_and_wait
 from inferplane.errors import InferplaneError
 from inferplane.runtime.instances import Instance
 from inferplane.runtime.process import EngineProcess, RotatingLog, spawn
@@ -255,11 +255,7 @@ class Supervisor:
         """Stop supervising one instance and stop its engine (the caller drains it first).
         Its record is `stopped` for the last callback, then forgotten."""
         rec = self.records[name]
-        task = self._tasks.pop(name, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks.pop(name, None))
         await self._stop_process(rec)
         rec.state = "stopped"
         self._notify(rec)
@@ -272,11 +268,7 @@ class Supervisor:
     async def stop(self) -> None:
         """Stop supervising and stop every engine (SIGTERM, then SIGKILL), in parallel."""
         self._stopping = True  # no restart begins from here on, whatever a task was doing
-        for task in self._tasks.values():
-            task.cancel()
-        for task in self._tasks.values():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks.values())
         await asyncio.gather(*(self._stop_process(r) for r in self.records.values()))
         for rec in self.records.values():
             rec.state = "stopped"

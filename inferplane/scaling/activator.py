@@ -15,10 +15,10 @@ a pod answers, the backend is ready again and the held requests go to it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
+from inferplane.aio import cancel_and_wait
 from inferplane.gateway.app import GatewayApp
 
 Scope = MutableMapping[str, Any]
@@ -42,11 +42,8 @@ class ZeroActivator:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def probe_once(self) -> None:
         import aiohttp

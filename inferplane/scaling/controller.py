@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from inferplane.aio import cancel_and_wait
 from inferplane.errors import InferplaneError
 from inferplane.gateway.engine_metrics import parse_engine_load
 from inferplane.scaling.events import EventLog
@@ -146,11 +147,7 @@ class ScalingController:
 
     async def stop(self) -> None:
         tasks = [t for t in (self._task, *self._acting.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         self._task = None
         self._acting.clear()
 

@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Integer, case, cast, func, insert, select
 
+from inferplane.aio import cancel_and_wait
 from inferplane.errors import InferplaneError
 from inferplane.store import ApiKey, Store, UsageRow
 
@@ -136,11 +137,8 @@ class UsageLedger:
 
     async def stop(self) -> None:
         """Stop the background task and write what is buffered (one last try)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         with contextlib.suppress(Exception):
             await self.flush()
 

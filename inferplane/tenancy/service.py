@@ -18,7 +18,6 @@ re-evaluated at every refresh.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
@@ -32,6 +31,7 @@ import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from inferplane.aio import cancel_and_wait
 from inferplane.gateway.config import WeightedRoute, WeightedTarget
 from inferplane.gateway.redact import redact_url
 from inferplane.gateway.state import GatewayState, WeightedChooser
@@ -250,11 +250,8 @@ class Tenancy:
             print(f"inferplane gateway {self.describe()}", file=sys.stderr, flush=True)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         if self.ledger is not None:

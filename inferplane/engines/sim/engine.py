@@ -9,11 +9,11 @@ delivery is batched by up to `tick_s`, which keeps 50 busy engines cheap on two 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 import uuid
 
+from inferplane.aio import cancel_and_wait
 from inferplane.engines.sim.build import EngineParts
 from inferplane.engines.sim.core import EngineCore, KvCapacity
 from inferplane.engines.sim.metrics import EngineMetrics
@@ -57,11 +57,8 @@ class SimEngine:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     @property
     def ready(self) -> bool:
