@@ -218,6 +218,7 @@ class RequestTrace:
         "_offset",
         "_recording",
         "_root",
+        "_start_ns",
         "_t0",
         "_t_admitted",
         "_t_queued",
@@ -240,6 +241,7 @@ class RequestTrace:
         self._t0 = asyncio.get_running_loop().time()
         # The proxy reads the event loop's monotonic clock; map it onto wall-clock ns.
         self._offset = now_ns - int(self._t0 * 1e9)
+        self._start_ns = now_ns
         self._root: Span = tracing.tracer.start_span(
             f"{scope['method']} {path}", context=parent, kind=tracing.server_kind,
             start_time=now_ns,
@@ -333,10 +335,13 @@ class RequestTrace:
             root.end()
             return
         error = self._tracing.error_status
+        # Ends on the same mapped loop clock as the phase spans: the wall clock drifts from
+        # it, and a child would then end after its parent.
+        t_now = asyncio.get_running_loop().time()
         if self._t_admitted is None:  # refused before routing (bad body, key, model)
-            self._child("gateway.admission", self._t0, asyncio.get_running_loop().time())
+            self._child("gateway.admission", self._t0, t_now)
         if self._upstream is not None:  # cancelled before `finish`
-            self._upstream.end()
+            self._upstream.end(end_time=_ns(t_now, self._offset))
             self._upstream = None
         if self.status:
             root.set_attribute("http.response.status_code", self.status)
@@ -344,4 +349,4 @@ class RequestTrace:
             root.set_status(error(self.error))
         elif self.status >= 500:
             root.set_status(error(f"HTTP {self.status}"))
-        root.end()
+        root.end(end_time=max(_ns(t_now, self._offset), self._start_ns))
