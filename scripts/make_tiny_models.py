@@ -44,7 +44,7 @@ CHAT_TEMPLATE = (
     "{%- if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
     "You may call functions. Signatures:\n<tools>\n"
     "{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}\n</tools>\n"
-    "Answer a call as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n"
+    'Answer a call as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n'
     "{%- endif %}"
     "{%- for message in messages %}"
     "{%- if message.role == 'system' and tools %}{# folded into the tools block #}"
@@ -54,7 +54,7 @@ CHAT_TEMPLATE = (
     "{%- if part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}"
     "{%- endif %}"
     "{%- if message.tool_calls %}{%- for call in message.tool_calls %}"
-    "\n<tool_call>{\"name\": \"{{ call.function.name }}\", \"arguments\": "
+    '\n<tool_call>{"name": "{{ call.function.name }}", "arguments": '
     "{{ call.function.arguments if call.function.arguments is string "
     "else call.function.arguments | tojson }}}</tool_call>"
     "{%- endfor %}{%- endif %}<|im_end|>\n"
@@ -63,12 +63,13 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
 )
 
-_WORDS = (
+_WORDS_TEXT = (
     "the a of to and in is it for on with as at by from that this be are was city weather "
     "paris tokyo london berlin temp model engine token request server answer question hello "
     "world json name arguments value true false null get_weather function call tool result "
     "one two three four five six seven eight nine ten zero user assistant system data test"
-).split()
+)
+_WORDS = _WORDS_TEXT.split()
 
 
 def _corpus(lines: int = 4000, seed: int = 0) -> list[str]:

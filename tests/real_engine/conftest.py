@@ -47,11 +47,7 @@ def vllm_venv() -> Path:
 @pytest.fixture(scope="session")
 def tiny_models(vllm_venv: Path) -> dict[str, Path]:
     """name -> directory of each tiny model, built once and cached (deterministic)."""
-    out = Path(
-        os.environ.get(
-            "INFERPLANE_TINY_MODELS_DIR", default_venv().parent / "tiny-models"
-        )
-    )
+    out = Path(os.environ.get("INFERPLANE_TINY_MODELS_DIR", default_venv().parent / "tiny-models"))
     done = subprocess.run(
         [str(vllm_venv / "bin" / "python"), str(REPO / "scripts" / "make_tiny_models.py"),
          str(out)],
