@@ -222,26 +222,45 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
     return out
 
 
+# Serving flags that `vllm serve` rejects besides the builder's REMOVED_FLAGS table (these are
+# never emitted by the builder): (release that rejects it, what to write instead).
+_SERVE_REJECTS = {
+    "task": ("0.13.0", "--runner pooling for embedding/rerank/reward models (plus --convert "
+                       "embed to adapt a generative one); --runner generate otherwise"),
+}
+
+
 def removed_flags(ctx: FixContext, got: Values) -> Values:
     """P32: for each rejected flag, when it was removed and what replaces it."""
     from inferplane.engines.vllm.flags import REMOVED_FLAGS
 
     args = got.get("args", "")
+    if not args and got.get("kwarg"):  # the Python API: EngineArgs(disable_log_requests=...)
+        args = "--" + got["kwarg"].replace("_", "-")
     parts = []
+    known = False
     for flag in re.findall(r"--([\w-]+)", args):
         name = flag.replace("_", "-")
         removed = REMOVED_FLAGS.get(name.removeprefix("no-"))
+        rejected = _SERVE_REJECTS.get(name)
         if removed is not None:
+            known = True
             since = ".".join(str(p) for p in removed.removed_in)
             parts.append(f"remove --{name} (removed in vLLM {since}); instead: "
                          f"{removed.replacement}")
+        elif rejected is not None:
+            known = True
+            parts.append(f"remove --{name} (rejected by `vllm serve` since {rejected[0]}); "
+                         f"instead: {rejected[1]}")
         else:
             parts.append(f"--{name} is not a flag of this vLLM: check `vllm serve --help` "
-                         "for its spelling in this release")
-    if re.search(r"--[\w-]+ [^-\s]", args) and "'" not in args:
+                         "for its spelling in this release (flags from newer docs do not "
+                         "exist in older images)")
+    if not known and re.search(r"--[\w-]+ [^-\s]", args) and "'" not in args:
         parts.append("if flag and value arrived as one argument (a YAML list item like "
                      "'--dtype auto'), split them into two items")
-    return {"flag_fixes": "; ".join(parts) + "." if parts else "Remove the flags."}
+    return {"flag_fixes": "; ".join(parts) + "." if parts else "Remove the flags.",
+            "args_text": args or "a flag"}
 
 
 def uuid_index(ctx: FixContext, got: Values) -> Values:
@@ -258,7 +277,9 @@ def driver_found(ctx: FixContext, got: Values) -> Values:
 
 def nccl_timeout(ctx: FixContext, got: Values) -> Values:
     ran = got.get("ran_ms")
-    return {"ran_s": f"{int(ran) / 1000:.0f}" if ran else "?", "op": got.get("op", "collective")}
+    # the shorter wording has no duration: say so instead of a placeholder
+    return {"ran_s": f"{int(ran) / 1000:.0f}" if ran else "the watchdog's timeout of",
+            "op": got.get("op", "collective")}
 
 
 def shm_size(ctx: FixContext, got: Values) -> Values:
@@ -333,3 +354,87 @@ def kv_capacity(ctx: FixContext, got: Values) -> Values:
 
 
 COMPUTE["kv_capacity"] = kv_capacity
+
+
+def oom_startup(ctx: FixContext, got: Values) -> Values:
+    """kv_fit, plus the allocation the message names (when it names one)."""
+    out = kv_fit(ctx, got)
+    alloc, unit = got.get("alloc"), got.get("alloc_unit")
+    out["alloc_text"] = f" (it tried to allocate {alloc} {unit})" if alloc and unit else ""
+    return out
+
+
+def _largest(fits: Callable[[int], bool], upper: int) -> int | None:
+    """The largest n in 1..upper with fits(n), for a fits() that is monotone decreasing."""
+    if upper < 1 or not fits(1):
+        return None
+    lo, hi = 1, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def sampler_seqs(ctx: FixContext, got: Values) -> Values:
+    """vllm#27508: the sampler warm-up runs max_num_seqs dummy requests over the vocabulary;
+    the largest max_num_seqs that fits, by the estimator (its sampler model per release)."""
+    from inferplane.estimator.overheads import sampler_bytes_per_logit
+
+    reqs = int(got.get("dummy_reqs") or 0)
+    out: Values = {"utilization_down": _fmt(max(0.5, ctx.utilization - 0.05)),
+                   "seqs_half": str(max(1, reqs // 2)),
+                   "sampler_text": "memory proportional to max_num_seqs x vocabulary size"}
+    version = ctx.version or "0.11.0"
+    if ctx.profile is not None and reqs:
+        per_seq = ctx.profile.vocab_size * sampler_bytes_per_logit(version)
+        out["sampler_text"] = (f"about {reqs * per_seq / GIB:.2f} GiB for {ctx.profile.name} "
+                               f"({ctx.profile.vocab_size} tokens x {reqs} requests)")
+    if ctx.profile is None or not ctx.has_hardware or reqs < 2:
+        return out
+    length = ctx.log.max_model_len or -1
+
+    def fits(n: int) -> bool:
+        est = ctx.estimate(max_num_seqs=n, max_model_len=length)
+        return est is not None and est.fits
+
+    best = _largest(fits, reqs - 1)
+    if best is not None:
+        out["seqs_fit"] = str(best)
+        out["seqs_basis"] = f"the largest that fits for {ctx.basis()}, by the estimator"
+    return out
+
+
+def fp8_caps(ctx: FixContext, got: Values) -> Values:
+    cur = got.get("cur_cap")
+    if cur and len(cur) >= 2:
+        return {"cap_text": f"; this GPU is {cur[:-1]}.{cur[-1]}"}
+    return {"cap_text": ""}
+
+
+def ray_node(ctx: FixContext, got: Values) -> Values:
+    node = got.get("node")
+    return {"node_text": f"here node:{node}" if node else "the log does not show which node"}
+
+
+def disk_path(ctx: FixContext, got: Values) -> Values:
+    path = got.get("path")
+    return {"path_text": f": {path}" if path else ""}
+
+
+def library_text(ctx: FixContext, got: Values) -> Values:
+    lib = got.get("library")
+    return {"library_text": lib if lib else "A compiled extension"}
+
+
+def derived_len(ctx: FixContext, got: Values) -> Values:
+    numbers = [int(n) for n in re.findall(r"=([0-9]+)", got.get("derived", ""))]
+    if numbers:
+        return {"derived_len": str(min(numbers))}
+    return {"derived_len": "the length config.json gives (max_position_embeddings)"}
+
+
+COMPUTE.update({
+    "oom_startup": oom_startup, "sampler_seqs": sampler_seqs, "fp8_caps": fp8_caps,
+    "ray_node": ray_node, "disk_path": disk_path, "library_text": library_text,
+    "derived_len": derived_len,
+})
