@@ -10,7 +10,9 @@ confirmed from its source. Per fixture the outcome is one of:
 - wrong: a signature (or the generic layer) named another class, and not this one;
 - missed: nothing named a class.
 
-"Recognized with the right class" counts the first three. The split is explicit in the
+"Recognized with the right class" counts the first three. `generic alone` runs the generic
+layer on every log as if no signature existed: how well an unseen wording of a known class
+would still be classified. The split is explicit in the
 fixtures: `split: heldout` marks the logs set aside per class when they were harvested (the
 third of each class, before the class's patterns were written or widened; see
 docs/diagnose.md); everything else was available for writing signatures. Run:
@@ -31,6 +33,8 @@ from typing import Any
 import yaml
 
 from inferplane.doctor.diagnose import diagnose_text
+from inferplane.doctor.generic import classify
+from inferplane.doctor.logtext import read_lines
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "diagnose"
 OUTCOMES = ("fully explained", "recognized", "generic-only", "wrong", "missed")
@@ -58,9 +62,11 @@ def evaluate(data: Path = DATA) -> dict[str, Any]:
         if fx.get("kind") != "real" or not fx.get("signature"):
             continue
         text = (data / fx["file"]).read_text(encoding="utf-8", errors="replace")
+        alone = classify(read_lines(text))
         rows.append({"file": fx["file"], "class": fx["signature"],
                      "split": fx.get("split", "train"),
-                     "outcome": outcome(text, fx["signature"], fx["file"])})
+                     "outcome": outcome(text, fx["signature"], fx["file"]),
+                     "generic_alone": alone.rule.class_of if alone else None})
     return {"fixtures": rows, "summary": {s: _summary([r for r in rows if r["split"] == s])
                                           for s in ("train", "heldout")}}
 
@@ -69,18 +75,21 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     counts = Counter(r["outcome"] for r in rows)
     n = len(rows)
     right = counts["fully explained"] + counts["recognized"] + counts["generic-only"]
+    alone = sum(r["generic_alone"] == r["class"] for r in rows)
     return {"fixtures": n, **{o: counts[o] for o in OUTCOMES},
+            "generic_alone_pct": round(100 * alone / n, 1) if n else 0.0,
             "right_class_pct": round(100 * right / n, 1) if n else 0.0,
             "fully_explained_pct": round(100 * counts["fully explained"] / n, 1) if n else 0.0}
 
 
 def markdown(report: dict[str, Any]) -> str:
     out = ["| split | logs | right class | fully explained | recognized | generic-only "
-           "| wrong | missed |", "|---|---|---|---|---|---|---|---|"]
+           "| wrong | missed | generic alone |", "|---|---|---|---|---|---|---|---|---|"]
     for split, s in report["summary"].items():
         out.append(f"| {split} | {s['fixtures']} | {s['right_class_pct']}% | "
                    f"{s['fully explained']} ({s['fully_explained_pct']}%) | {s['recognized']} | "
-                   f"{s['generic-only']} | {s['wrong']} | {s['missed']} |")
+                   f"{s['generic-only']} | {s['wrong']} | {s['missed']} | "
+                   f"{s['generic_alone_pct']}% |")
     out += ["", "| class | logs (held out) | fully explained | recognized | generic-only "
             "| wrong | missed |", "|---|---|---|---|---|---|---|"]
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)

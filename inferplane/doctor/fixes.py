@@ -364,43 +364,38 @@ def oom_startup(ctx: FixContext, got: Values) -> Values:
     return out
 
 
-def _largest(fits: Callable[[int], bool], upper: int) -> int | None:
-    """The largest n in 1..upper with fits(n), for a fits() that is monotone decreasing."""
-    if upper < 1 or not fits(1):
-        return None
-    lo, hi = 1, upper
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo
-
-
 def sampler_seqs(ctx: FixContext, got: Values) -> Values:
-    """vllm#27508: the sampler warm-up runs max_num_seqs dummy requests over the vocabulary;
-    the largest max_num_seqs that fits, by the estimator (its sampler model per release)."""
+    """vllm#27508: the sampler warm-up runs max_num_seqs dummy requests over the vocabulary
+    after the KV cache is allocated (V1 `compile_or_warm_up_model`), so it must fit in what
+    --gpu-memory-utilization leaves outside its budget, less the CUDA context and the graphs
+    captured outside the budget. Counting only that headroom is conservative: it ignores the
+    freed profile-run space, which graphs and fragmentation eat in practice (llm-d#787)."""
     from inferplane.estimator.overheads import sampler_bytes_per_logit
 
     reqs = int(got.get("dummy_reqs") or 0)
     out: Values = {"utilization_down": _fmt(max(0.5, ctx.utilization - 0.05)),
                    "seqs_half": str(max(1, reqs // 2)),
                    "sampler_text": "memory proportional to max_num_seqs x vocabulary size"}
-    version = ctx.version or "0.11.0"
-    if ctx.profile is not None and reqs:
-        per_seq = ctx.profile.vocab_size * sampler_bytes_per_logit(version)
-        out["sampler_text"] = (f"about {reqs * per_seq / GIB:.2f} GiB for {ctx.profile.name} "
-                               f"({ctx.profile.vocab_size} tokens x {reqs} requests)")
-    if ctx.profile is None or not ctx.has_hardware or reqs < 2:
+    if ctx.profile is None or reqs < 2:
         return out
-    length = ctx.log.max_model_len or -1
-
-    def fits(n: int) -> bool:
-        est = ctx.estimate(max_num_seqs=n, max_model_len=length)
-        return est is not None and est.fits
-
-    best = _largest(fits, reqs - 1)
-    if best is not None:
-        out["seqs_fit"] = str(best)
-        out["seqs_basis"] = f"the largest that fits for {ctx.basis()}, by the estimator"
+    per_seq = ctx.profile.vocab_size * sampler_bytes_per_logit(ctx.version or "0.11.0")
+    need = reqs * per_seq
+    out["sampler_text"] = (f"about {need / GIB:.2f} GiB for {ctx.profile.name} "
+                           f"({ctx.profile.vocab_size} tokens x {reqs} requests)")
+    est = ctx.estimate(max_num_seqs=reqs, max_model_len=ctx.log.max_model_len or -1)
+    if est is None:
+        return out
+    outside = est.cuda_context_gib + (0.0 if est.cuda_graph_in_budget else est.cuda_graph_gib)
+    headroom = est.total_memory_gib * (1 - est.gpu_memory_utilization) - outside
+    fit = math.floor(max(0.0, headroom) * GIB / per_seq)
+    fit = fit - fit % 8 if fit >= 8 else fit
+    util = math.floor((1 - (need / GIB + outside) / est.total_memory_gib) * 100) / 100
+    out["utilization_down"] = _fmt(max(0.5, min(util, ctx.utilization - 0.01)))
+    if 1 <= fit < reqs:
+        out["seqs_fit"] = str(fit)
+        out["seqs_basis"] = (f"its warm-up needs {fit * per_seq / GIB:.2f} GiB of the "
+                             f"{headroom:.2f} GiB left outside the utilization budget, for "
+                             f"{ctx.basis()}, by the estimator")
     return out
 
 
