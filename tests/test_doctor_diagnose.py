@@ -106,12 +106,12 @@ def test_json_schema_is_stable() -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert list(doc) == ["schema", "source", "context", "computed_for", "findings", "unknown",
-                         "notes"]
+                         "notes", "generic"]  # keys are only ever added, at the end
     assert doc["schema"] == "inferplane.diagnose/v1"
     finding = doc["findings"][0]
     assert list(finding) == ["id", "title", "kind", "pitfall", "pitfalls", "evidence",
                              "occurrences", "values", "cause", "fix", "numbers_computed",
-                             "sources"]
+                             "sources", "missing"]
     assert finding["id"] == "removed-flag" and finding["pitfall"] == "P32"
     assert finding["evidence"] == [{"line": 1, "text": "vllm serve: error: unrecognized "
                                     "arguments: --swap-space 16"}]

@@ -56,8 +56,8 @@ class Finding:
             "cause": self.cause,
             "fix": self.fix,
             "numbers_computed": self.numbers_computed,
-            "missing": list(self.missing),
             "sources": list(sig.sources),
+            "missing": list(self.missing),
         }
 
 
@@ -81,8 +81,8 @@ class Diagnosis:
             "computed_for": {"model": self.model_profile, "gpu": self.gpu},
             "findings": [f.to_json() for f in self.findings],
             "unknown": self.unknown.to_json() if self.unknown else None,
-            "generic": self.generic.to_json() if self.generic else None,
             "notes": list(self.notes),
+            "generic": self.generic.to_json() if self.generic else None,
         }
 
 
