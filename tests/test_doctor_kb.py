@@ -88,10 +88,12 @@ def test_fixture_matches_its_signature(fixture: dict[str, Any]) -> None:
     result = diagnose_text((DATA / fixture["file"]).read_text(), source=fixture["file"])
     by_id = {f.signature.id: f for f in result.findings}
     if fixture.get("split") == "heldout" and fixture["signature"] not in by_id:
-        # held out from signature writing: the right class is enough, exact or generic
-        # (benchmarks/diagnose_recall.py reports which)
-        assert not result.findings and result.generic is not None, fixture["file"]
-        assert result.generic.rule.class_of == fixture["signature"]
+        # Held out from signature writing: recall on these is measured, not required
+        # (benchmarks/diagnose_recall.py; requiring it here would tune signatures on them).
+        # What is required: no other class claims the log.
+        assert not result.findings, (fixture["file"], list(by_id))
+        assert result.generic is None or result.generic.rule.class_of in (
+            None, fixture["signature"]), (fixture["file"], result.generic.id)
         return
     assert fixture["signature"] in by_id
     finding = by_id[fixture["signature"]]

@@ -50,8 +50,10 @@ _PHASE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
                            r"Engine \d+: Avg|Running: \d+ reqs")),
 )
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+# `Name: message`, also wrapped (`RayTaskError(ValueError): ...`, `[address=..] Name: ...`)
 _EXCEPTION = re.compile(
-    r"(?P<name>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::\s*(?P<message>.*))?$")
+    r"(?P<name>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?"
+    r"(?::\s*(?P<message>.*))?$")
 _ERRNO = re.compile(r"\[Errno (\d+)\]|os error (\d+)|\b(E[A-Z]{3,}[A-Z0-9]*)\b")
 _CUDA = re.compile(r"\b(cudaError\w+)\b|CUDA error: ([^.\n]+)|[Ee]rror (80[0-9]|3[0-9]):|"
                    r"cuda runtime error \((\d+)\)|cudaSuccess \((\d+) vs")
@@ -185,8 +187,8 @@ def last_exception(lines: list[LogLine]) -> ExceptionInfo | None:
             continue
         em = _EXCEPTION.search(line.text)
         if em is not None and not line.text.startswith(("File ", "raise ", "return ")):
-            found = ExceptionInfo(em.group("name"), (em.group("message") or "").strip(),
-                                  frame, line)
+            name = em.group("name") + (f"({em.group('inner')})" if em.group("inner") else "")
+            found = ExceptionInfo(name, (em.group("message") or "").strip(), frame, line)
     return found
 
 
