@@ -15,7 +15,9 @@ layer on every log as if no signature existed: how well an unseen wording of a k
 would still be classified. The split is explicit in the
 fixtures: `split: heldout` marks the logs set aside per class when they were harvested (the
 third of each class, before the class's patterns were written or widened; see
-docs/diagnose.md); everything else was available for writing signatures. Run:
+docs/diagnose.md); `split: heldout-2` marks logs harvested after the last change to any
+signature or generic rule, never used for either; everything else was available for
+writing signatures. Run:
 
     python benchmarks/diagnose_recall.py            # markdown tables
     python benchmarks/diagnose_recall.py --json     # one JSON object
@@ -38,6 +40,7 @@ from inferplane.doctor.logtext import read_lines
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "diagnose"
 OUTCOMES = ("fully explained", "recognized", "generic-only", "wrong", "missed")
+SPLITS = ("train", "heldout", "heldout-2")
 
 
 def outcome(text: str, expected: str, source: str) -> str:
@@ -68,7 +71,7 @@ def evaluate(data: Path = DATA) -> dict[str, Any]:
                      "outcome": outcome(text, fx["signature"], fx["file"]),
                      "generic_alone": alone.rule.class_of if alone else None})
     return {"fixtures": rows, "summary": {s: _summary([r for r in rows if r["split"] == s])
-                                          for s in ("train", "heldout")}}
+                                          for s in SPLITS}}
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -98,8 +101,8 @@ def markdown(report: dict[str, Any]) -> str:
     for cls in sorted(per):
         rows = per[cls]
         c = Counter(r["outcome"] for r in rows)
-        held = sum(r["split"] == "heldout" for r in rows)
-        held_bad = [r["file"] for r in rows if r["split"] == "heldout"
+        held = sum(r["split"] != "train" for r in rows)
+        held_bad = [r["file"] for r in rows if r["split"] != "train"
                     and r["outcome"] in ("wrong", "missed")]
         note = f" (held-out miss: {', '.join(held_bad)})" if held_bad else ""
         out.append(f"| {cls}{note} | {len(rows)} ({held}) | {c['fully explained']} | "

@@ -68,7 +68,7 @@ def test_exception_chain_gives_class_message_and_frame() -> None:
     assert exc is not None and exc.name == "ImportError"
     assert exc.message.endswith("undefined symbol: _ZN2at4_ops15sum_IntList_out4callERKNS_6Ten"
                                 "sorEN3c1016OptionalArrayRefIlEEbSt8optionalINS5_10ScalarTypeEERS2_")
-    assert exc.frame == "<module> (flash_attn_interface.py:10)"
+    assert exc.frame == "top-level code (flash_attn_interface.py:10)"
 
 
 def test_an_unseen_wording_still_gets_a_class_cause_and_next_step() -> None:

@@ -226,7 +226,9 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
 # never emitted by the builder): (release that rejects it, what to write instead).
 _SERVE_REJECTS = {
     "task": ("0.13.0", "--runner pooling for embedding/rerank/reward models (plus --convert "
-                       "embed to adapt a generative one); --runner generate otherwise"),
+                       "embed to adapt a generative one), --runner generate otherwise; --task "
+                       "itself existed only from about 0.6.4 (deprecated in 0.10), so an older "
+                       "image needs an upgrade instead"),
 }
 
 
@@ -250,7 +252,7 @@ def removed_flags(ctx: FixContext, got: Values) -> Values:
                          f"{removed.replacement}")
         elif rejected is not None:
             known = True
-            parts.append(f"remove --{name} (rejected by `vllm serve` since {rejected[0]}); "
+            parts.append(f"remove --{name} (`vllm serve` {rejected[0]} and later reject it); "
                          f"instead: {rejected[1]}")
         else:
             parts.append(f"--{name} is not a flag of this vLLM: check `vllm serve --help` "

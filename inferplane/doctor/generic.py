@@ -183,7 +183,11 @@ def last_exception(lines: list[LogLine]) -> ExceptionInfo | None:
     for line in lines:
         fm = _FRAME.search(line.text)
         if fm is not None:
-            frame = f"{fm.group('func')} ({Path(fm.group('path')).name}:{fm.group('line')})"
+            where = f"{Path(fm.group('path')).name}:{fm.group('line')}"
+            func = fm.group("func")
+            # `<module>` is Python's name for top-level code; written out, it reads as a
+            # template placeholder
+            frame = f"top-level code ({where})" if func == "<module>" else f"{func} ({where})"
             continue
         em = _EXCEPTION.search(line.text)
         if em is not None and not line.text.startswith(("File ", "raise ", "return ")):
