@@ -97,8 +97,9 @@ def print_diagnosis(result: Diagnosis) -> None:
             out.print(f"  exception (line {item.number}): {escape(item.text)}")
         g = result.generic
         if g is not None:
-            out.print(f"\n[bold yellow]generic class[/] [bold]{escape(g.rule.id)}[/] (phase reached: "
-                      f"{escape(g.phase)}; by the kind of error, not an exact signature)")
+            out.print(f"\n[bold yellow]generic class[/] [bold]{escape(g.rule.id)}[/] "
+                      f"(phase reached: {escape(g.phase)}; by the kind of error, not an exact "
+                      "signature)")
             for line in g.evidence:
                 out.print(f"  [dim]line {line.number}:[/] {escape(line.text)}")
             out.print(f"  [bold]cause:[/] {escape(g.cause)}")

@@ -280,7 +280,7 @@ def driver_found(ctx: FixContext, got: Values) -> Values:
 def nccl_timeout(ctx: FixContext, got: Values) -> Values:
     ran = got.get("ran_ms")
     # the shorter wording has no duration: say so instead of a placeholder
-    return {"ran_s": f"{int(ran) / 1000:.0f}" if ran else "the watchdog's timeout of",
+    return {"ran_text": f"in {int(ran) / 1000:.0f} s" if ran else "before the watchdog's timeout",
             "op": got.get("op", "collective")}
 
 
@@ -380,11 +380,16 @@ def sampler_seqs(ctx: FixContext, got: Values) -> Values:
                    "sampler_text": "memory proportional to max_num_seqs x vocabulary size"}
     if ctx.profile is None or reqs < 2:
         return out
-    per_seq = ctx.profile.vocab_size * sampler_bytes_per_logit(ctx.version or "0.11.0")
+    from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION
+
+    est = ctx.estimate(max_num_seqs=reqs, max_model_len=ctx.log.max_model_len or -1)
+    # the sampler's bytes per logit depend on the release: the one the estimate is for
+    version = est.vllm_version if est is not None else (ctx.version or DEFAULT_VLLM_VERSION)
+    per_seq = ctx.profile.vocab_size * sampler_bytes_per_logit(version)
     need = reqs * per_seq
     out["sampler_text"] = (f"about {need / GIB:.2f} GiB for {ctx.profile.name} "
-                           f"({ctx.profile.vocab_size} tokens x {reqs} requests)")
-    est = ctx.estimate(max_num_seqs=reqs, max_model_len=ctx.log.max_model_len or -1)
+                           f"({ctx.profile.vocab_size} tokens x {reqs} requests, vLLM "
+                           f"{version}'s sampler)")
     if est is None:
         return out
     outside = est.cuda_context_gib + (0.0 if est.cuda_graph_in_budget else est.cuda_graph_gib)
@@ -398,6 +403,12 @@ def sampler_seqs(ctx: FixContext, got: Values) -> Values:
         out["seqs_basis"] = (f"its warm-up needs {fit * per_seq / GIB:.2f} GiB of the "
                              f"{headroom:.2f} GiB left outside the utilization budget, for "
                              f"{ctx.basis()}, by the estimator")
+    elif fit >= reqs:  # the estimate says it fits: something it does not see holds memory
+        out["seqs_fit"] = str(max(1, reqs // 2))
+        out["seqs_basis"] = (f"by the estimator the warm-up's {need / GIB:.2f} GiB fits in the "
+                             f"{headroom:.2f} GiB outside the budget for {ctx.basis()}, so "
+                             "memory is held by something it does not see (another process, "
+                             "fragmentation); half the requests halve the warm-up")
     return out
 
 
