@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferplane.engines.sim.config import DEFAULT_GPU, FaultConfig
 from inferplane.errors import InferplaneError
 from inferplane.gpus.catalog import find_gpu
 from inferplane.planner.plan import Plan, PlanInstance
+from inferplane.sim.config import DEFAULT_GPU, FaultConfig
 from inferplane.spec import FleetSpec, ModelSpec
 from inferplane.spec.extra_args import extra_args_argv
 

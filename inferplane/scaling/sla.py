@@ -1,7 +1,7 @@
 """SLA mode: replicas from latency targets, a performance model and the observed mix.
 
 The performance model of one replica is the simulator's step-time model for the model,
-GPU and TP (`inferplane.engines.sim.timing`, calibrated on vLLM measurements): a decode
+GPU and TP (`inferplane.sim.timing`, calibrated on vLLM measurements): a decode
 step of `b` sequences with their context costs `step_s(b)`, a prompt's prefill
 `prefill_s`. For a mix of `rate` requests/s with `prompt` and `output` tokens:
 
@@ -78,9 +78,9 @@ def replica_model_for(model_dir: str | None, served: str, *, gpu: str, tp: int,
     readable model directory)."""
     from pathlib import Path
 
-    from inferplane.engines.sim.build import build_parts
-    from inferplane.engines.sim.config import SimEngineConfig
-    from inferplane.engines.sim.timing import StepShape
+    from inferplane.sim.build import build_parts
+    from inferplane.sim.config import SimEngineConfig
+    from inferplane.sim.timing import StepShape
 
     path = Path(model_dir) if model_dir else None
     parts = build_parts(SimEngineConfig(
