@@ -12,6 +12,8 @@ from rich.table import Table
 
 from inferplane.cli.main import app
 from inferplane.cli.tables import Col, fitted_table, measure, table_width
+from inferplane.engines import engine_for
+from inferplane.engines.vllm.launch import RANK_OPTION
 from inferplane.errors import InferplaneError
 
 if TYPE_CHECKING:  # the planner (OR-Tools) loads on use: `inferplane --help` stays fast
@@ -149,8 +151,9 @@ def _command(argv: list[str]) -> str:
     """What tells the ranks apart: the multi-node flags, or the Ray role."""
     if argv[:2] == ["bash", "-c"]:
         return "ray head, then vllm serve" if "--head" in argv[2] else "ray worker"
-    role = "vllm serve --headless" if "--headless" in argv else "vllm serve (API)"
-    rank = argv[argv.index("--node-rank") + 1] if "--node-rank" in argv else "?"
+    launch = engine_for("vllm").planned(argv)
+    role = "vllm serve --headless" if launch.flag("headless") is not None else "vllm serve (API)"
+    rank = launch.flag(RANK_OPTION) or "?"
     return f"{role} --node-rank {rank}"
 
 

@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inferplane.engines import read_metrics
+
 UTILIZATION = 0.8  # of the ITL-bound throughput, for queueing
 
 
@@ -100,30 +102,10 @@ def replica_model_for(model_dir: str | None, served: str, *, gpu: str, tp: int,
 
 
 def histogram(text: str, name: str) -> tuple[dict[float, float], float, float]:
-    """(cumulative count per bucket bound, sum, count) of a histogram in Prometheus text,
-    summed over label sets (data-parallel ranks, replicas)."""
-    buckets: dict[float, float] = {}
-    total = count = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name):
-            continue
-        head, _, value = line.rpartition(" ")
-        try:
-            v = float(value)
-        except ValueError:
-            continue
-        if head.startswith(name + "_bucket"):
-            at = head.find('le="')
-            if at < 0:
-                continue
-            bound = head[at + 4 : head.find('"', at + 4)]
-            le = math.inf if bound == "+Inf" else float(bound)
-            buckets[le] = buckets.get(le, 0.0) + v
-        elif head.startswith(name + "_sum"):
-            total += v
-        elif head.startswith(name + "_count"):
-            count += v
-    return buckets, total, count
+    """(cumulative count per bucket bound, sum, count) of the histogram the engine exports
+    as `name`, summed over label sets (data-parallel ranks, replicas); read with the engine
+    boundary's one reader."""
+    return read_metrics(text, {name: (name,)}, (name,)).histogram(name)
 
 
 def quantile(delta: dict[float, float], q: float) -> float | None:
