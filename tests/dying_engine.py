@@ -40,7 +40,7 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path == "/health":
                 self._send(503 if dead.is_set() else 200, {})
             elif self.path == "/v1/models":
