@@ -73,10 +73,19 @@ class LaunchSpec(Protocol):
 class Engine(Protocol):
     """One engine kind on one device; found with `engines.engine_for(kind, device)`."""
 
-    kind: str
-    device: str
-    endpoints: Endpoints
-    metrics: MetricNames
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def endpoints(self) -> Endpoints: ...
+
+    @property
+    def metrics(self) -> MetricNames:
+        """Neutral metric name -> the engine's names (engines/metrics.py)."""
+        ...
 
     def planned(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> LaunchSpec:
         """The launch spec of a command this engine built (a Plan's stored argv/env)."""
@@ -89,3 +98,17 @@ class Engine(Protocol):
     def supports_drain_timeout(self, version: str) -> bool: ...
 
     def supports_sleep(self, version: str) -> bool: ...
+
+    def batch_defaults(
+        self, total_memory_bytes: int, device_name: str | None, max_model_len: int, version: str
+    ) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens) the engine picks when neither is set."""
+        ...
+
+    def default_memory_fraction(self, version: str) -> float:
+        """The share of the device the engine takes when the fleet file does not say."""
+        ...
+
+    def check_argv(self, argv: Sequence[str], version: str) -> None:
+        """Raise InferplaneError for the first option `version` does not accept."""
+        ...

@@ -106,6 +106,7 @@ def engine_container(
 ) -> dict[str, Any]:
     inst = workload.members[position]
     opts = ctx.options
+    paths = engine_for(ctx.fleet.engine.kind).endpoints
     gpu_slices = sharing.slices(ctx, workload)
     handoff = workload.colocated and gpu_slices is None
     role = "solo" if not handoff else "primary" if position == 0 else "secondary"
@@ -162,10 +163,10 @@ def engine_container(
         "resources": {"requests": requests, **({"limits": limits} if limits else {})},
         "volumeMounts": mounts,
         "startupProbe": _probe(
-            "/v1/models", pname, opts.probe_period_s, budget // opts.probe_period_s, 5
+            paths.models, pname, opts.probe_period_s, budget // opts.probe_period_s, 5
         ),
-        "readinessProbe": _probe("/v1/models", pname, opts.probe_period_s, 3, 5),
-        "livenessProbe": _probe("/health", pname, 30, 3, 10),
+        "readinessProbe": _probe(paths.models, pname, opts.probe_period_s, 3, 5),
+        "livenessProbe": _probe(paths.health, pname, 30, 3, 10),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(opts.prestop_sleep_s)]}}},
     }
     return container

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inferplane.engines.base import Endpoints
+from inferplane.engines.base import Endpoints, Engine
 from inferplane.engines.metrics import MetricNames
+from inferplane.engines.vllm.argv import check_argv
+from inferplane.engines.vllm.defaults import default_batch_limits
 from inferplane.engines.vllm.launch import VllmLaunch
 from inferplane.engines.vllm.metrics import VLLM_METRICS
+from inferplane.engines.vllm.versions import default_gpu_memory_utilization, era_of
 
 
 @dataclass(frozen=True)
@@ -35,5 +38,18 @@ class SimEngine:
     def supports_sleep(self, version: str) -> bool:
         return True
 
+    def batch_defaults(
+        self, total_memory_bytes: int, device_name: str | None, max_model_len: int, version: str
+    ) -> tuple[int, int]:
+        return default_batch_limits(total_memory_bytes, device_name, max_model_len,
+                                    era_of(version))
+
+    def default_memory_fraction(self, version: str) -> float:
+        return default_gpu_memory_utilization(version)
+
+    def check_argv(self, argv: Sequence[str], version: str) -> None:
+        check_argv(list(argv), version)
+
 
 ENGINE = SimEngine()
+_PROTOCOL: Engine = ENGINE  # mypy checks that it keeps the protocol

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inferplane.engines.base import Endpoints
+from inferplane.engines.base import Endpoints, Engine
 from inferplane.engines.metrics import MetricNames
-from inferplane.engines.vllm.argv import VllmArgs, build_vllm_argv
+from inferplane.engines.vllm.argv import VllmArgs, build_vllm_argv, check_argv
+from inferplane.engines.vllm.defaults import default_batch_limits
 from inferplane.engines.vllm.launch import VllmLaunch, supports_shutdown_timeout, supports_sleep
 from inferplane.engines.vllm.metrics import VLLM_METRICS
 from inferplane.engines.vllm.multinode import (
@@ -15,6 +16,7 @@ from inferplane.engines.vllm.multinode import (
     DEFAULT_RAY_PORT,
     multinode_argvs,
 )
+from inferplane.engines.vllm.versions import default_gpu_memory_utilization, era_of
 
 
 @dataclass(frozen=True)
@@ -49,5 +51,18 @@ class VllmEngine:
     def supports_sleep(self, version: str) -> bool:
         return supports_sleep(version)
 
+    def batch_defaults(
+        self, total_memory_bytes: int, device_name: str | None, max_model_len: int, version: str
+    ) -> tuple[int, int]:
+        return default_batch_limits(total_memory_bytes, device_name, max_model_len,
+                                    era_of(version))
+
+    def default_memory_fraction(self, version: str) -> float:
+        return default_gpu_memory_utilization(version)
+
+    def check_argv(self, argv: Sequence[str], version: str) -> None:
+        check_argv(list(argv), version)
+
 
 ENGINE = VllmEngine()
+_PROTOCOL: Engine = ENGINE  # mypy checks that it keeps the protocol
