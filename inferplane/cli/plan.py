@@ -12,8 +12,6 @@ from rich.table import Table
 
 from inferplane.cli.main import app
 from inferplane.cli.tables import Col, fitted_table, measure, table_width
-from inferplane.engines import engine_for
-from inferplane.engines.vllm.launch import RANK_OPTION
 from inferplane.errors import InferplaneError
 
 if TYPE_CHECKING:  # the planner (OR-Tools) loads on use: `inferplane --help` stays fast
@@ -151,6 +149,9 @@ def _command(argv: list[str]) -> str:
     """What tells the ranks apart: the multi-node flags, or the Ray role."""
     if argv[:2] == ["bash", "-c"]:
         return "ray head, then vllm serve" if "--head" in argv[2] else "ray worker"
+    from inferplane.engines import engine_for  # not at import: `--help` stays light
+    from inferplane.engines.vllm.launch import RANK_OPTION
+
     launch = engine_for("vllm").planned(argv)
     role = "vllm serve --headless" if launch.flag("headless") is not None else "vllm serve (API)"
     rank = launch.flag(RANK_OPTION) or "?"

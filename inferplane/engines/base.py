@@ -28,6 +28,7 @@ class Endpoints:
     sleep: str | None = "/sleep"  # POST ?level=1|2
     wake: str | None = "/wake_up"  # POST [?tags=weights|kv_cache]
     is_sleeping: str | None = "/is_sleeping"
+    rpc: str | None = "/collective_rpc"  # POST {"method": "reload_weights"} after level-2 sleep
 
 
 class LaunchSpec(Protocol):

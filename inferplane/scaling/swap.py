@@ -81,14 +81,18 @@ async def _post(session: Any, url: str, json: Any = None) -> None:
                               field="scaling", value=url) from exc
 
 
+# Sleep mode's paths, from the engine boundary (the simulator answers vLLM's).
+_PATHS = engine_for("vllm").endpoints
+
+
 async def engine_sleep(session: Any, base_url: str, level: int) -> None:
-    await _post(session, f"{base_url}/sleep?level={level}")
+    await _post(session, f"{base_url}{_PATHS.sleep}?level={level}")
 
 
 async def engine_wake(session: Any, base_url: str, level: int) -> None:
     if level == 2:
-        await _post(session, f"{base_url}/wake_up?tags=weights")
-        await _post(session, f"{base_url}/collective_rpc", {"method": "reload_weights"})
-        await _post(session, f"{base_url}/wake_up?tags=kv_cache")
+        await _post(session, f"{base_url}{_PATHS.wake}?tags=weights")
+        await _post(session, f"{base_url}{_PATHS.rpc}", {"method": "reload_weights"})
+        await _post(session, f"{base_url}{_PATHS.wake}?tags=kv_cache")
     else:
-        await _post(session, f"{base_url}/wake_up")
+        await _post(session, f"{base_url}{_PATHS.wake}")
