@@ -152,6 +152,7 @@ def test_launch_variations_come_from_the_engine() -> None:
                         "--enable-sleep-mode")
     assert out.env == {"VLLM_SERVER_DEV_MODE": "1"}
     assert launch.with_host("::", add=False).flag("host") == "::"
+    assert launch.with_kv_cache_bytes(2**30).flag("kv-cache-memory-bytes") == str(2**30)
     assert engine.planned(["vllm", "serve", "m"]).with_host("h").flag("host") is None
     ray = engine.planned(["bash", "-c", "ray start --head && exec vllm serve m"])
     assert ray.with_port(1).argv == ray.argv and not ray.is_direct()

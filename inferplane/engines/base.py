@@ -57,6 +57,10 @@ class LaunchSpec(Protocol):
 
     def with_gpu_memory_utilization(self, fraction: float) -> LaunchSpec: ...
 
+    def with_kv_cache_bytes(self, size: int) -> LaunchSpec:
+        """An explicit KV-cache pool of `size` bytes (co-located or CPU instances)."""
+        ...
+
     def with_drain_timeout(self, seconds: int) -> LaunchSpec:
         """Draining in-flight requests for `seconds` on SIGTERM (kept when already set;
         ask `Engine.supports_drain_timeout(version)` first)."""

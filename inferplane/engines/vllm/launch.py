@@ -78,6 +78,9 @@ class VllmLaunch:
     def with_gpu_memory_utilization(self, fraction: float) -> VllmLaunch:
         return self._set("gpu-memory-utilization", f"{fraction}")
 
+    def with_kv_cache_bytes(self, size: int) -> VllmLaunch:
+        return self._set("kv-cache-memory-bytes", str(size))
+
     def with_drain_timeout(self, seconds: int) -> VllmLaunch:
         if self.flag("shutdown-timeout") is not None:
             return self
