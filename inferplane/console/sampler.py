@@ -27,7 +27,7 @@ import aiohttp
 from inferplane.aio import cancel_and_wait
 from inferplane.console import series as S
 from inferplane.console.source import FleetSource
-from inferplane.engines import engine_for
+from inferplane.engines import engine_for, read_metrics
 from inferplane.engines import metrics as metric
 
 if TYPE_CHECKING:
@@ -140,10 +140,11 @@ class Sampler:
                 text = await r.text()
         except (aiohttp.ClientError, TimeoutError, OSError):
             return None
-        try:
-            return S.from_text(text)
-        except ValueError:
-            return None
+        reading = read_metrics(text, _N)  # the engine boundary's one reader
+        if not reading.samples:
+            return None  # nothing an engine reports (or not an exposition): no reading
+        return {name: [(tuple(sorted(labels.items())), value) for labels, value in rows]
+                for name, rows in reading.samples.items()}
 
     # ---- one point ---------------------------------------------------------------------
 
