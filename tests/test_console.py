@@ -90,7 +90,7 @@ async def console(
 
 
 def _client(app: GatewayApp) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
 
 
 # ---- the fleet map ----------------------------------------------------------------------
@@ -281,15 +281,22 @@ async def test_restart_without_a_runtime_is_refused(planned: tuple[Any, Plan]) -
 
 def test_responses_name_the_replica_that_served_them(harness: Harness) -> None:  # noqa: F811
     engine = harness.engine("m")
-    _, url = harness.gateway(
+    app, url = harness.gateway(
         GatewayConfig(models=(ModelRoute("m", endpoints=(engine.url,)),), access_log=False)
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    plain = http.post(url + "/v1/chat/completions", json=body)
+    # The console's playground sends its page's token (issue 30 item 17: API clients do not
+    # learn engine addresses unless gateway.expose_replica_header is on).
+    token = {"x-inferplane-replica-token": app.replica_header.token}
+    plain = http.post(url + "/v1/chat/completions", json=body, headers=token)
     assert plain.status_code == 200 and plain.headers["x-inferplane-replica"] == engine.url
-    with http.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}) as r:
+    with http.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True},
+                     headers=token) as r:  # fmt: skip
         assert r.headers["x-inferplane-replica"] == engine.url
         r.read()
+    for headers in ({}, {"x-inferplane-replica-token": "guessed"}):
+        other = http.post(url + "/v1/chat/completions", json=body, headers=headers)
+        assert other.status_code == 200 and "x-inferplane-replica" not in other.headers
 
 
 # ---- the sampler --------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from urllib.parse import parse_qs
 import orjson
 
 from inferplane.console import auth, pages
+from inferplane.console.hosts import rebinding_refusal
 from inferplane.console.sampler import Sampler
 from inferplane.console.source import FleetSource
 from inferplane.console.usage import usage_view
@@ -111,6 +112,14 @@ class ConsoleApp:
             return
         verdict = auth.check(self.gateway.tenancy, headers)
         is_api = path.startswith("/ui/api/")
+        if verdict == "open":
+            foreign = rebinding_refusal(headers, self.gateway.config.console_allowed_hosts)
+            if foreign is not None:  # DNS rebinding: another site's page at this address
+                await self._send(send, 403, _error(403, (
+                    f"the open console does not answer to {foreign}; open it at "
+                    "http://127.0.0.1:PORT/ui, add the name to gateway.console_allowed_hosts "
+                    "or set an admin token (docs/console.md)")))
+                return  # fmt: skip
         if verdict in ("missing", "disabled"):
             await self._refuse(send, verdict, is_api or path.startswith("/ui/partials/"),
                                wrong_token=bool(auth.bearer(headers)))
@@ -198,7 +207,8 @@ class ConsoleApp:
                     'hx-trigger="load, every 10s" hx-swap="innerHTML"></div>')
         else:
             body = "<h1>Playground</h1>" + pages.playground_body(
-                self._models(), self._replicas(), self._embeddings())
+                self._models(), self._replicas(), self._embeddings(),
+                self.gateway.replica_header.token)
         return pages.page(name, name.title(), body, who)  # fmt: skip
 
     @property

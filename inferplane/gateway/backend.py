@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from inferplane.gateway.redact import redact_url
@@ -37,6 +38,7 @@ class Backend:
         "label",
         "max_concurrency",
         "outstanding",
+        "public",
         "ready",
         "url",
     )
@@ -50,7 +52,10 @@ class Backend:
         api_key: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        self.label = redact_url(self.url)  # what logs, metrics and error messages show
+        self.label = redact_url(self.url)  # what logs and metrics show
+        # What clients see in error messages: a stable name, not an internal address (the
+        # access log maps a request id to the replica's URL).
+        self.public = "replica-" + hashlib.sha256(self.url.encode()).hexdigest()[:8]
         self.ready = ready
         self.max_concurrency = max_concurrency  # None: the model's default cap
         self.api_key = api_key

@@ -262,6 +262,10 @@ class GatewayConfig:
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     # OpenTelemetry spans (inferplane.gateway.tracing); None: the OTEL_* variables, else off.
     tracing: TracingConfig | None = None
+    # Host names the open console answers to besides loopback ("*": any), and whether
+    # every response carries x-inferplane-replica (docs/gateway.md).
+    console_allowed_hosts: tuple[str, ...] = ()
+    expose_replica_header: bool = False
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}

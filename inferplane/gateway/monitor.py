@@ -41,6 +41,14 @@ class Monitor:
             text = ""
         b.engine = parse_engine_load(text, loop.time()) if text else None
 
+    async def alive(self, b: Backend) -> bool:
+        """Whether the replica's `/health` answers 200 within the probe timeout."""
+        try:
+            async with self._session().get(b.url + "/health", timeout=_PROBE_TIMEOUT) as r:
+                return r.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
     async def check_health(self, pool: Pool, b: Backend) -> None:
         """Readmit an ejected replica once its `/health` answers 200."""
         try:

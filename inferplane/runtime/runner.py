@@ -204,11 +204,16 @@ class Runtime:
         )
         self.tenancy: Tenancy | None = None
         if options.tenancy:
-            from inferplane.tenancy.wiring import build_tenancy, state_dir_database_url
+            from inferplane.tenancy.wiring import (
+                USAGE_SPILL_FILE,
+                build_tenancy,
+                state_dir_database_url,
+            )
 
             self.tenancy = build_tenancy(
                 fleet, options.database_url,
                 default_db=state_dir_database_url(options.state_dir),
+                spill_path=options.state_dir / USAGE_SPILL_FILE,
             )
         self.gateway: GatewayApp = build_app(config, self.tenancy)
         if fleet.gateway.console:  # the web console at /ui reads this runtime (docs/console.md)

@@ -112,7 +112,8 @@ def period_start(period: str, now: float) -> float:
 
 class Limiter(Protocol):
     async def acquire(
-        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float,
+        output_tokens: int = 0,
     ) -> Outcome: ...
 
     async def release(
@@ -136,8 +137,13 @@ class KeyState:
         self.tok_tat = 0.0
         self.budget: dict[str, int] = {}  # tokens used per budget bucket
 
-    def acquire(self, limits: Limits, est_tokens: int, now: float) -> Outcome | None:
+    def acquire(
+        self, limits: Limits, est_tokens: int, now: float, output_tokens: int = 0
+    ) -> Outcome | None:
         """None when admitted (`report` then says what is left), else the refusal.
+        `est_tokens` is the whole reservation (prompt estimate plus `output_tokens`, the
+        most the request may generate); a budget admits while some of it is left and the
+        request's output reservation fits in what is left.
         Written for few bytecodes: it runs on every request (docs/tenancy.md, "Cost on the
         hot path")."""
         max_concurrent = limits.max_concurrent
@@ -162,7 +168,8 @@ class KeyState:
                 return Outcome(TOKENS, tok_tat - now - WINDOW_S)
         if limits.budget_tokens:
             bucket, left = budget_window(limits.budget_period, now)
-            if self.budget.get(bucket, 0) >= limits.budget_tokens:
+            used = self.budget.get(bucket, 0)
+            if used >= limits.budget_tokens or used + output_tokens > limits.budget_tokens:
                 return Outcome(BUDGET, left or 0.0)
             self.budget[bucket] = self.budget.get(bucket, 0) + est_tokens
         if max_concurrent:
@@ -211,10 +218,11 @@ class MemoryLimiter:
         return st
 
     async def acquire(
-        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float,
+        output_tokens: int = 0,
     ) -> Outcome:
         st = self.state(key_id)
-        refused = st.acquire(limits, est_tokens, now)
+        refused = st.acquire(limits, est_tokens, now, output_tokens)
         return refused if refused is not None else st.report(limits, now)
 
     async def release(
@@ -230,7 +238,8 @@ class MemoryLimiter:
 
 
 # KEYS: leases zset, request tat, token tat, budget counter.
-# ARGV: now, lease, lease_ttl, est, rpm, tpm, max_concurrent, budget, budget_ttl, window
+# ARGV: now, lease, lease_ttl, est, rpm, tpm, max_concurrent, budget, budget_ttl, window,
+#       output (the part of est that is the request's output reservation)
 _ACQUIRE = """
 local now = tonumber(ARGV[1])
 local est = tonumber(ARGV[4])
@@ -256,7 +265,8 @@ if tpm > 0 then
   if tok_new - now > window + 1e-9 then return {'3', tostring(tok_new - now - window)} end
 end
 if budget > 0 then
-  if tonumber(redis.call('GET', KEYS[4]) or '0') >= budget then
+  local used = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if used >= budget or used + tonumber(ARGV[11]) > budget then
     return {'4', tostring(math.max(budget_ttl, 0))}
   end
 end
@@ -323,7 +333,8 @@ class RedisLimiter:
         return [p + "leases", p + "req", p + "tok", p + "budget:" + bucket], left
 
     async def acquire(
-        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float,
+        output_tokens: int = 0,
     ) -> Outcome:
         keys, left = self._keys(key_id, limits, now)
         raw = await self._acquire(
@@ -331,7 +342,7 @@ class RedisLimiter:
             args=[
                 repr(now), lease, repr(self.lease_ttl_s), est_tokens, limits.rpm or 0,
                 limits.tpm or 0, limits.max_concurrent or 0, limits.budget_tokens or 0,
-                repr(left or 0.0), repr(WINDOW_S),
+                repr(left or 0.0), repr(WINDOW_S), output_tokens,
             ],
         )
         code = int(raw[0])
