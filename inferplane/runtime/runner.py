@@ -293,6 +293,9 @@ class Runtime:
             )
             # after uvicorn's logging config (it replaces the handlers of its loggers)
             self._gateway_log = _open_gateway_log(self.state_dir.log_dir / "gateway.log")
+            from inferplane.gateway import logfilter
+
+            logfilter.install()  # one line per 10 s, not a traceback per failed accept()
             self._server = _GatewayServer(config)
             self._server_task = asyncio.get_running_loop().create_task(
                 self._server.serve(sockets=[sock])

@@ -35,6 +35,9 @@ class GatewayConnections(SpecModel):
 
     header_timeout_s: PositiveFloat = 30.0  # the request head, from the first byte -> 408
     body_timeout_s: PositiveFloat = 30.0  # longest gap between two body reads -> 408
+    # The whole body, from the end of the head: a body trickled a byte every few seconds
+    # (each gap under body_timeout_s) is cut here (Envoy's request_timeout) -> 408.
+    body_total_timeout_s: PositiveFloat = 300.0
     keepalive_timeout_s: PositiveFloat = 75.0  # an idle keep-alive connection is closed
     send_timeout_s: PositiveFloat = 60.0  # a client reading nothing of its answer is dropped
     max_header_bytes: PositiveInt = Field(default=64 * 1024, ge=1024)  # larger heads: 431

@@ -5,6 +5,11 @@ burst its whole per-minute allowance and then refills continuously, like OpenAI'
 Tokens are charged with an estimate at admission and corrected with the engine's real
 usage afterwards (`release(..., delta_tokens=actual - estimate)`).
 
+A theoretical arrival time is never more than one window ahead of `now` in normal
+operation, so one further ahead means the wall clock stepped back (NTP, a VM restored): it
+is clamped to one window, and a -1 h step costs a key at most one window of its rate, not
+the hour (issue 30 item 12; budgets follow the calendar and keep the wall clock).
+
 Two backends run the same algorithm: `MemoryLimiter` for one gateway and `RedisLimiter`
 (one Lua script, atomic on the server) when several gateway replicas share limits. Both take
 `now` from the caller, so one wall clock (NTP) orders all replicas and tests control time.
@@ -150,6 +155,10 @@ class KeyState:
         if max_concurrent and self.in_flight >= max_concurrent:
             return Outcome(CONCURRENCY, 1.0)
         # GCRA: a key's theoretical arrival time may run at most one window ahead of now.
+        ahead = now + WINDOW_S
+        if self.req_tat > ahead or self.tok_tat > ahead:  # the clock stepped back (module doc)
+            self.req_tat = min(self.req_tat, ahead)
+            self.tok_tat = min(self.tok_tat, ahead)
         req_tat = tok_tat = now
         req_interval = limits.request_interval
         if req_interval:
@@ -255,6 +264,14 @@ if maxc > 0 then
 end
 local req_new = 0
 local tok_new = 0
+-- a rate's TAT more than a window ahead: the wall clock stepped back; rebase on the new one
+for i = 2, 3 do
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if tat > now + window then
+    redis.call('SET', KEYS[i], string.format('%.17g', now + window), 'PX',
+      math.ceil(window * 1000) + 1000)
+  end
+end
 if rpm > 0 then
   req_new = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), now) + window / rpm
   if req_new - now > window + 1e-9 then return {'2', tostring(req_new - now - window)} end
