@@ -344,3 +344,53 @@ def test_replica_header_is_opt_in_and_errors_name_no_engine_address() -> None:
         assert "replica-" in failed.json()["error"]["message"]
     finally:
         h.close()
+
+
+# ---- item 9: console sessions expire, end at sign-out, and sign-in is throttled ----------
+
+
+def test_console_sessions_expire_and_end_at_sign_out() -> None:
+    import asyncio
+
+    import httpx
+
+    from inferplane.console import attach
+    from inferplane.console.auth import COOKIE, LoginThrottle, Sessions
+
+    async def main() -> dict[str, int]:
+        app = build_app(GatewayConfig(models=(ModelRoute("m"),)))
+        app.tenancy = Tenancy(None, auth="on", admin_token="s3cret")
+        console = attach(app, None, "INFERPLANE_ADMIN_TOKEN")
+        transport = httpx.ASGITransport(app=app)
+        out = {}
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            signed = await c.post("/ui/login", data={"token": "s3cret"})
+            cookie = signed.headers["set-cookie"]
+            assert "Max-Age=43200" in cookie
+            value = cookie.partition("=")[2].partition(";")[0]
+            c.cookies.set(COOKIE, value)
+            out["signed_in"] = (await c.get("/ui/api/fleet")).status_code
+            await c.post("/ui/logout")
+            c.cookies.set(COOKIE, value)  # the old cookie, replayed after sign-out
+            out["after_logout"] = (await c.get("/ui/api/fleet")).status_code
+            guesses = [(await c.post("/ui/login", data={"token": f"guess{i}"})).status_code
+                       for i in range(8)]  # fmt: skip
+            out["guesses_refused"] = guesses.count(401)
+            out["guesses_throttled"] = guesses.count(429)
+        await console.stop()
+        return out
+
+    out = asyncio.run(main())
+    assert out == {"signed_in": 200, "after_logout": 401, "guesses_refused": 5,
+                   "guesses_throttled": 3}  # fmt: skip
+    sessions = Sessions(ttl_s=60)
+    value = sessions.issue("s3cret", now=1000.0)
+    assert sessions.valid("s3cret", value, now=1059.0)
+    assert not sessions.valid("s3cret", value, now=1061.0)  # expired
+    assert not sessions.valid("rotated", value, now=1001.0)  # the token changed
+    throttle = LoginThrottle(per_client=2, overall=3, window_s=10)
+    for client in ("a", "a", "b"):
+        throttle.failed(client, now=0.0)
+    assert throttle.retry_after("a", now=1.0) == 9.0  # per client
+    assert throttle.retry_after("c", now=1.0) == 9.0  # overall
+    assert throttle.retry_after("c", now=10.5) == 0.0
