@@ -394,3 +394,38 @@ def test_console_sessions_expire_and_end_at_sign_out() -> None:
     assert throttle.retry_after("a", now=1.0) == 9.0  # per client
     assert throttle.retry_after("c", now=1.0) == 9.0  # overall
     assert throttle.retry_after("c", now=10.5) == 0.0
+
+
+# ---- item 10 (and 14's streams): a hung replica is found by its /health ----------------
+
+
+def test_a_hung_endpoint_replica_is_ejected_with_default_timeouts() -> None:
+    """With the default timeouts (600 s to the first byte, 3,600 s in all) a hung replica
+    once held every request sent to it: 6 of 12 hung >= 10 s, 0 ejections."""
+    import threading
+
+    h = Harness()
+    try:
+        hung, healthy = h.engine("m"), h.engine("m")
+        route = ModelRoute("m", endpoints=(hung.url, healthy.url))
+        app = build_app(GatewayConfig(models=(route,), access_log=False, health_interval_s=0.2))
+        url = h.serve(app)
+        hung.hang = hung.health_hang = True  # SIGSTOPped: nothing answers, not even /health
+        results: list[int] = []
+
+        def call() -> None:
+            results.append(http.post(url + "/v1/chat/completions", json=CHAT).status_code)
+
+        threads = [threading.Thread(target=call) for _ in range(6)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: next(b for b in app.state.backends("m") if b.url == hung.url).ejected,
+                   timeout=15)  # fmt: skip
+        for t in threads:
+            t.join(15)
+        assert len(results) == 6 and 200 in results  # those on the hung one ended at once
+        assert all(code in (200, 502) for code in results), results
+        assert all(http.post(url + "/v1/chat/completions", json=CHAT).status_code == 200
+                   for _ in range(6))  # fmt: skip
+    finally:
+        h.close()

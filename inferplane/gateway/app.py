@@ -183,6 +183,7 @@ class GatewayApp:
             config.engine_metrics_interval_s,
             config.health_interval_s,
         )
+        self.monitor.on_hung = self._hung  # active health: a replica that stopped answering
         self._rid_prefix = os.urandom(4).hex() + "-"
         self._rid_seq = itertools.count(1)
         self._priority_header = config.priority_header.lower().encode()
@@ -979,6 +980,10 @@ class GatewayApp:
         backend.consecutive_failures += 1
         if backend.consecutive_failures >= pool.route.eject_after_failures:
             self._eject(pool, backend, why, keep_one=False)
+
+    def _hung(self, pool: Pool, backend: Backend) -> None:
+        """The monitor's /health probes got no answer: eject it, end its requests."""
+        self._eject(pool, backend, f"{backend.public} stopped answering /health", keep_one=False)
 
     def _confirm_hung(self, pool: Pool, backend: Backend) -> None:
         """Count a total-deadline timeout as the replica's failure only once its /health

@@ -35,6 +35,7 @@ class Backend:
         "consecutive_failures",
         "ejected",
         "engine",
+        "health_failures",
         "label",
         "max_concurrency",
         "outstanding",
@@ -63,6 +64,7 @@ class Backend:
         self.consecutive_failures = 0
         self.consecutive_5xx = 0
         self.ejected = False
+        self.health_failures = 0  # /health probes in a row that got no answer (monitor)
         self.engine: EngineLoad | None = None
 
     def __repr__(self) -> str:
