@@ -54,6 +54,16 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     app = build_app(config, tenancy)
     gw = h.serve(app)
     yield Env(h, store, tenancy, app, gw, engine)
+
+    async def stop() -> None:  # the gateway (its tenancy, the ledger), then the store
+        for server, task in h._servers:
+            server.should_exit = server.force_exit = True
+            await task
+            await server.lifespan.shutdown()
+        h._servers.clear()
+        await store.close()
+
+    h.run(stop())
     h.close()
 
 

@@ -215,3 +215,23 @@ async def test_rows_a_down_database_refuses_at_stop_survive_to_the_next_start(
     await again.stop()
     assert await count(store) == 13 and not spill.exists()
     assert (await tokens_since(store, 0))["k1"] == 3 * sum(range(1, 14))
+
+
+async def test_usage_reports_by_key_model_and_day_agree_with_usage_report(
+    store: Store,  # noqa: F811
+) -> None:
+    """Issue 28 item 5: the console's three tables came from three queries and differed
+    while rows were written; one query gives the same rows as each `usage_report`."""
+    from inferplane.tenancy.ledger import usage_reports
+
+    ledger = UsageLedger(store)
+    for i in range(1, 61):
+        ledger.add(usage(i, key=None if i % 7 == 0 else f"k{i % 3}", model="ab"[i % 2],
+                         ts=T0 + DAY * (i % 4)))  # fmt: skip
+    await ledger.flush()
+    for since in (None, T0 + DAY):
+        together = await usage_reports(store, since)
+        for by in ("key", "model", "day"):
+            assert together[by] == await usage_report(store, by, since), by
+        totals = {by: sum(r["total_tokens"] for r in rows) for by, rows in together.items()}
+        assert len(set(totals.values())) == 1

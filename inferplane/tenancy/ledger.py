@@ -383,6 +383,45 @@ async def usage_report(
     return out
 
 
+async def usage_reports(store: Store, since: float | None = None) -> dict[str, list[dict[str, Any]]]:
+    """`usage_report` by key, by model and by day, from one query (one snapshot of the
+    ledger: the three tables' totals always agree, even while rows are being written)."""
+    day = _day(store)
+    prompt = func.coalesce(func.sum(UsageRow.prompt_tokens), 0)
+    completion = func.coalesce(func.sum(UsageRow.completion_tokens), 0)
+    errors = func.sum(case((UsageRow.status >= 400, 1), else_=0))
+    query = select(
+        UsageRow.key_id, UsageRow.model, day.label("day"), func.count(),
+        cast(errors, Integer), cast(prompt, Integer), cast(completion, Integer),
+    ).group_by(UsageRow.key_id, UsageRow.model, day)  # fmt: skip
+    if since is not None:
+        query = query.where(UsageRow.ts >= since)
+    async with store.session() as session:
+        cells = (await session.execute(query)).all()
+        names = dict((await session.execute(select(ApiKey.id, ApiKey.name))).all())
+    out: dict[str, list[dict[str, Any]]] = {}
+    for position, by in enumerate(GROUPS):
+        sums: dict[Any, list[int]] = {}
+        for cell in cells:
+            acc = sums.setdefault(cell[position], [0, 0, 0, 0])
+            for i in range(4):
+                acc[i] += int(cell[3 + i] or 0)
+        rows = []
+        for g, (requests, errs, p, c) in sums.items():
+            item: dict[str, Any] = {by: g if g is not None else "-"}
+            if by == "key":
+                item["name"] = names.get(g, "anonymous" if g is None else "-")
+            item.update(requests=requests, errors=errs, prompt_tokens=p, completion_tokens=c,
+                        total_tokens=p + c)  # fmt: skip
+            rows.append(item)
+        if by == "day":
+            rows.sort(key=lambda r: r["day"])
+        else:
+            rows.sort(key=lambda r: (-r["total_tokens"], str(r[by])))
+        out[by] = rows
+    return out
+
+
 async def tokens_since(store: Store, since: float) -> dict[str, int]:
     """Tokens used per key since `since` (seeds budget counters when a gateway starts)."""
     total = func.sum(UsageRow.prompt_tokens + UsageRow.completion_tokens)
