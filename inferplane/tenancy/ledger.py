@@ -383,7 +383,9 @@ async def usage_report(
     return out
 
 
-async def usage_reports(store: Store, since: float | None = None) -> dict[str, list[dict[str, Any]]]:
+async def usage_reports(
+    store: Store, since: float | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """`usage_report` by key, by model and by day, from one query (one snapshot of the
     ledger: the three tables' totals always agree, even while rows are being written)."""
     day = _day(store)
