@@ -473,6 +473,21 @@ async def stopped_engine(rows: list[Row]) -> None:
                  f"exit {code}", f"killed in {took:.2f} s", took < 2))  # fmt: skip
 
 
+async def full_disk_restart(rows: list[Row]) -> None:
+    from inferplane.runtime.process import RotatingLog, spawn
+
+    log = RotatingLog(Path("/dev/full"))  # the state disk is full: every write is ENOSPC
+    t0 = time.monotonic()
+    try:
+        proc = await spawn([sys.executable, "-c", "print('engine up')"], {}, log)
+        code: object = await proc.wait()
+    except OSError as exc:
+        code = f"spawn failed: {exc.strerror}"
+    rows.append(("engine (re)started while the state disk is full", "1 start", f"exit {code}",
+                 f"started in {time.monotonic() - t0:.2f} s; {log.dropped} log lines dropped",
+                 code == 0))  # fmt: skip
+
+
 async def admin_validation(gateway: GatewayFactory, rows: list[Row]) -> None:
     tenancy = await _tenancy()
     engines = FakeEngines()
@@ -538,6 +553,7 @@ def scenarios(gateway: GatewayFactory, rows: list[Row]) -> list[tuple[str, Any]]
         ("r3-hung", lambda: hung_endpoint_defaults(gateway, rows)),
         ("r3-clock", lambda: clock_step(rows)),
         ("r3-stopped", lambda: stopped_engine(rows)),
+        ("r3-disk-full", lambda: full_disk_restart(rows)),
         ("r3-trickle", lambda: trickled_body(gateway, rows)),
         ("r3-admin", lambda: admin_validation(gateway, rows)),
         ("r3-addresses", lambda: engine_addresses(gateway, rows)),

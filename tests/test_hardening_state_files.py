@@ -110,3 +110,39 @@ async def test_a_stopped_engine_is_killed_without_waiting_out_its_grace(tmp_path
     code = await engine.stop(timeout_s=15.0)
     assert code == -signal.SIGKILL
     assert time.monotonic() - t0 < 5  # not the 15 s SIGTERM grace
+
+
+async def test_an_engine_starts_while_its_log_disk_is_full(tmp_path: Path) -> None:
+    """Issue 30 item 11: a killed engine was not restarted while the state disk was full
+    (its log's first line raised ENOSPC inside the restart)."""
+    from inferplane.runtime.process import spawn
+
+    full = RotatingLog(Path("/dev/full"))  # every write fails with ENOSPC
+    proc = await spawn([sys.executable, "-c", "print('up'); import sys; sys.exit(3)"], {}, full)
+    assert await proc.wait() == 3  # started, ran, its output dropped
+    assert full.dropped >= 1
+
+
+def test_a_full_state_disk_does_not_stop_the_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from inferplane.runtime.runner import Runtime
+
+    state = StateDir(tmp_path / "state")
+    state.path.mkdir()
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(state, "write", full)
+
+    class Fake:
+        state_dir = state
+        _targets = None
+
+        def status(self) -> dict[str, str]:
+            return {"phase": "running"}
+
+    Runtime._write_state(Fake())  # type: ignore[arg-type]  # logs, does not raise

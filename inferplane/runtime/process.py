@@ -54,6 +54,7 @@ class RotatingLog:
         self.backups = backups
         self._file = _open_private(path)
         self._size = self._file.tell()
+        self.dropped = 0  # lines lost to a write error (a full disk): never fatal
 
     def _rotate(self) -> None:
         self._file.close()
@@ -69,17 +70,32 @@ class RotatingLog:
         self._size = 0
 
     def write(self, text: str) -> None:
+        """Append `text`; a write error (ENOSPC: the state disk is full) drops it and is
+        counted, so a full disk never keeps an engine from being restarted."""
         if self._file.closed:
             return
         size = len(text.encode("utf-8", "replace"))
-        if self._size and self._size + size > self.max_bytes:
-            self._rotate()
-        self._file.write(text)
-        self._file.flush()
+        try:
+            if self._size and self._size + size > self.max_bytes:
+                self._rotate()
+            self._file.write(text)
+            self._file.flush()
+        except OSError:
+            self.dropped += 1
+            with contextlib.suppress(OSError):
+                self._file = _reopen(self._file, self.path)
+            return
         self._size += size
 
     def close(self) -> None:
         self._file.close()
+
+
+def _reopen(old: TextIO, path: Path) -> TextIO:
+    """A fresh handle after a failed write (its buffer may hold the unwritten text)."""
+    with contextlib.suppress(OSError):
+        old.close()
+    return _open_private(path)
 
 
 def _open_private(path: Path) -> TextIO:

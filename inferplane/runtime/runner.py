@@ -764,6 +764,9 @@ class Runtime:
     def _write_state(self) -> None:
         if self.state_dir.path.exists():
             status = self.status()
-            self.state_dir.write(status)
-            if self._targets is not None:  # replicas started, stopped, added or removed
-                refresh_targets(self._targets, status)
+            try:
+                self.state_dir.write(status)
+                if self._targets is not None:  # replicas started, stopped, added or removed
+                    refresh_targets(self._targets, status)
+            except OSError as exc:  # a full state disk must not stop supervision (restarts)
+                _gateway_log.warning("cannot write %s: %s", self.state_dir.state_file, exc)
