@@ -22,7 +22,7 @@ from test_gateway_fakes import Harness, harness, http  # noqa: F401
 from inferplane.console import ConsoleApp, attach
 from inferplane.console import series as S
 from inferplane.console.app import STATIC
-from inferplane.console.auth import COOKIE, session_value
+from inferplane.console.auth import COOKIE
 from inferplane.console.usage import usage_view
 from inferplane.console.views import card_shares, fleet_view, models_view
 from inferplane.gateway import Backend, GatewayConfig, ModelRoute, WeightedRoute, WeightedTarget
@@ -90,7 +90,7 @@ async def console(
 
 
 def _client(app: GatewayApp) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
 
 
 # ---- the fleet map ----------------------------------------------------------------------
@@ -211,7 +211,7 @@ async def test_the_console_needs_the_admin_token_when_auth_is_on(
         assert signed.status_code == 303 and signed.headers["location"] == "/ui/fleet"
         cookie = signed.headers["set-cookie"]
         assert "s3cret" not in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
-        c.cookies.set(COOKIE, session_value("s3cret"))
+        c.cookies.set(COOKIE, cookie.partition("=")[2].partition(";")[0])
         assert (await c.get("/ui/fleet")).status_code == 200
         # a POST from a page elsewhere cannot carry the console's header
         forged = await c.post("/ui/api/instances/chat-0/restart")
@@ -281,15 +281,22 @@ async def test_restart_without_a_runtime_is_refused(planned: tuple[Any, Plan]) -
 
 def test_responses_name_the_replica_that_served_them(harness: Harness) -> None:  # noqa: F811
     engine = harness.engine("m")
-    _, url = harness.gateway(
+    app, url = harness.gateway(
         GatewayConfig(models=(ModelRoute("m", endpoints=(engine.url,)),), access_log=False)
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    plain = http.post(url + "/v1/chat/completions", json=body)
+    # The console's playground sends its page's token (issue 30 item 17: API clients do not
+    # learn engine addresses unless gateway.expose_replica_header is on).
+    token = {"x-inferplane-replica-token": app.replica_header.token}
+    plain = http.post(url + "/v1/chat/completions", json=body, headers=token)
     assert plain.status_code == 200 and plain.headers["x-inferplane-replica"] == engine.url
-    with http.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}) as r:
+    with http.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True},
+                     headers=token) as r:  # fmt: skip
         assert r.headers["x-inferplane-replica"] == engine.url
         r.read()
+    for headers in ({}, {"x-inferplane-replica-token": "guessed"}):
+        other = http.post(url + "/v1/chat/completions", json=body, headers=headers)
+        assert other.status_code == 200 and "x-inferplane-replica" not in other.headers
 
 
 # ---- the sampler --------------------------------------------------------------------------

@@ -37,7 +37,7 @@ async def _page(config: GatewayConfig, name: str) -> str:
     app = build_app(config)
     attach(app, None, "INFERPLANE_TEST_NO_SUCH_TOKEN")
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         response = await client.get(f"/ui/{name}")
     assert response.status_code == 200, response.text
     return response.text
@@ -86,7 +86,7 @@ async def test_a_wrong_bearer_token_is_named_as_wrong_not_as_missing() -> None:
     app.tenancy = Tenancy(None, auth="on", admin_token="s3cret")
     attach(app, None, "INFERPLANE_ADMIN_TOKEN")
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         wrong = await client.get("/ui/api/models", headers={"Authorization": "Bearer sk-key"})
         missing = await client.get("/ui/api/models")
     assert wrong.status_code == missing.status_code == 401

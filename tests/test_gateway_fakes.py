@@ -74,6 +74,7 @@ class FakeEngine:
         self.cancelled = 0
         self.metrics_text: str | None = None
         self.health_status = 200
+        self.health_hang = False  # /health never answers (a stopped process)
         # Token counts derived from each request (prompt from its size, completion from
         # max_tokens) instead of fixed ones, and a tally of every usage object sent.
         self.varied_usage = False
@@ -211,6 +212,8 @@ class FakeEngine:
         return web.Response(text=self.metrics_text)
 
     async def health(self, request: web.Request) -> web.Response:
+        if self.health_hang:
+            await asyncio.Event().wait()
         return web.Response(status=self.health_status)
 
     def app(self) -> web.Application:

@@ -36,7 +36,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     engine = h.engine("m")
     tenancy = Tenancy(store, auth="auto", refresh_s=0.05, ledger_flush_s=0.05, admin_token=ADMIN)
     config = GatewayConfig(
-        models=(ModelRoute("m", endpoints=(engine.url,)), ModelRoute("n", endpoints=(engine.url,))),
+        models=(ModelRoute("m", endpoints=(engine.url,)), ModelRoute("n", endpoints=(engine.url,)),
+                ModelRoute("embedder", task="embed", endpoints=(engine.url,))),
         access_log=False,
         metrics_token="scrape-token",
     )
@@ -158,7 +159,7 @@ def test_models_list_needs_a_key_when_auth_is_on(env: Env) -> None:
     assert r.status_code == 200
     # the served models, plus weighted routes other tests in this module created (addressable)
     routes = set(http.get(env.url + "/admin/routes", headers=AUTH).json()["routes"])
-    assert {m["id"] for m in r.json()["data"]} == {"m", "n"} | routes
+    assert {m["id"] for m in r.json()["data"]} == {"m", "n", "embedder"} | routes
     assert env.h.run(list_keys(env.store))
 
 
@@ -167,3 +168,28 @@ def test_metrics_need_the_scrape_token_when_one_is_set(env: Env) -> None:
     r = http.get(env.url + "/metrics", headers={"Authorization": "Bearer scrape-token"})
     assert r.status_code == 200 and "inferplane_" in r.text
     assert http.get(env.url + "/health").status_code == 200  # probes stay open
+
+
+@pytest.mark.parametrize(
+    ("targets", "why"),
+    [
+        ({"ghost": 1}, "no such model"),  # issue 30 item 16: once accepted
+        ({}, "at least one target"),
+        ({"m": 1, "embedder": 1}, "different tasks"),
+    ],
+)
+def test_routes_name_served_models_of_one_task(env: Env, targets: object, why: str) -> None:
+    r = http.put(env.url + "/admin/routes/r16", json={"targets": targets}, headers=AUTH)
+    assert_400(r, "targets")
+    assert why in r.json()["error"]["message"]
+
+
+def test_a_keys_models_must_exist_and_routes_can_be_deleted(env: Env) -> None:
+    r = http.post(env.url + "/admin/keys", json={"name": "typo", "models": ["mm"]},
+                  headers=AUTH)  # fmt: skip
+    assert_400(r, "models")
+    assert "no such model: mm" in r.json()["error"]["message"]
+    r = http.put(env.url + "/admin/routes/gone", json={"targets": {"m": 1}}, headers=AUTH)
+    assert r.status_code == 200
+    assert http.delete(env.url + "/admin/routes/gone", headers=AUTH).status_code == 200
+    assert "gone" not in http.get(env.url + "/admin/routes", headers=AUTH).json()["routes"]

@@ -225,3 +225,70 @@ def test_oversized_head_on_a_reused_connection_gets_431(fast) -> None:  # type: 
         sock.sendall(HEAD + b"X-Big: " + b"a" * 20_000 + b"\r\n")
         data, _ = read_until_closed(sock)
     assert data.startswith(b"HTTP/1.1 431 ")
+
+
+def test_a_trickled_body_is_cut_at_the_whole_body_deadline(  # issue 30 item 15
+    harness: Harness, engine: FakeEngine
+) -> None:
+    limits = ConnectionLimits(header_timeout_s=0.5, body_timeout_s=0.5, body_total_timeout_s=1.0)
+    _, addr = gateway(harness, engine, limits)
+    t0 = time.monotonic()
+    with connect(addr) as sock:
+        sock.sendall(HEAD + b"Content-Length: 1000\r\n\r\n")
+        sock.settimeout(0.2)
+        data = b""
+        while time.monotonic() - t0 < 8 and not data:
+            try:
+                sock.sendall(b" ")  # one byte per 0.2 s: every gap is under body_timeout_s
+                data = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+    assert data.startswith(b"HTTP/1.1 408 ") and b"not received within 1 s" in data
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_connection_flood_never_lingers_past_the_budget(  # issue 30 item 8
+    harness: Harness, engine: FakeEngine
+) -> None:
+    from inferplane.gateway.connections import LINGER_S, MAX_LINGERING
+
+    app, addr = gateway(harness, engine, ConnectionLimits(max_connections=2))
+    held = [connect(addr) for _ in range(2)]
+    extra: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 5
+        while len(app.connections.live) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        extra = [connect(addr) for _ in range(MAX_LINGERING + 40)]
+        deadline = time.monotonic() + 5
+        while app.connections.refused < len(extra) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert app.connections.refused == len(extra)
+        # Descriptors held for refused clients stay bounded whatever the flood's size.
+        assert app.connections.lingering <= MAX_LINGERING
+        time.sleep(LINGER_S + 0.5)
+        assert app.connections.lingering == 0
+    finally:
+        for sock in held + extra:
+            sock.close()
+
+
+def test_descriptor_exhaustion_errors_are_logged_once_per_interval() -> None:
+    import logging
+
+    from inferplane.gateway.logfilter import RateLimitFilter
+
+    now = [0.0]
+    flt = RateLimitFilter(interval_s=10.0, clock=lambda: now[0])
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, None, None)
+
+    passed = [flt.filter(record("socket.accept() out of system resource")) for _ in range(16_009)]
+    assert passed.count(True) == 1  # once 16,009 tracebacks
+    assert flt.filter(record("something else"))  # other errors are untouched
+    now[0] = 11.0
+    later = record("socket.accept() out of system resource")
+    assert flt.filter(later) and "16008 more like it" in later.getMessage()

@@ -282,3 +282,41 @@ async def test_supervision_survives_a_failing_start(
         assert not rt.supervisor._tasks["chat-0"].done()
     finally:
         await rt.drain_and_stop()
+
+
+async def test_a_stopped_engine_is_restarted_at_its_first_failed_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30 item 14: a SIGSTOPped engine's streams waited for the restart decision
+    (`failure_threshold` failed checks, +23.5 s) and then for its SIGTERM grace, though it
+    was known unhealthy at the first check. A stopped process is restarted at once and
+    killed without a grace it cannot use."""
+    import dataclasses
+    import signal
+
+    settings = dataclasses.replace(SETTINGS, probe_timeout_s=1.0, failure_threshold=20,
+                                   stop_timeout_s=60)  # fmt: skip
+    rt = await _runtime(tmp_path, monkeypatch, settings)
+    rec = rt.supervisor.records["chat-0"]
+    pid = rec.pid
+    assert pid is not None
+    loop = asyncio.get_running_loop()
+    try:
+        body = {"model": "chat", "max_tokens": 2000, "ignore_eos": True, "stream": True,
+                "messages": [{"role": "user", "content": "a long answer"}]}  # fmt: skip
+        async with httpx.AsyncClient(timeout=30) as client, client.stream(
+            "POST", rt.gateway_url + "/v1/chat/completions", json=body
+        ) as r:
+            chunks = r.aiter_bytes()
+            await chunks.__anext__()
+            os.kill(pid, signal.SIGSTOP)
+            t0 = loop.time()
+            rest = b"".join([c async for c in chunks])
+            took = loop.time() - t0
+        assert b"stopped (SIGSTOP)" in rest
+        # One failed check (<= interval + timeout), not 20 of them nor the 60 s grace.
+        assert took < 10
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        await rt.drain_and_stop()

@@ -145,3 +145,93 @@ async def test_kill_9_loses_at_most_one_flush_interval(tmp_path: Path) -> None:
     lost = added - len(rows)
     print(f"kill -9: {len(rows)} rows durable, {lost} lost (added since the last flush)")
     assert 0 <= lost <= added - flushed_seen
+
+
+async def test_a_refused_row_never_stops_the_ledger(store: Store) -> None:  # noqa: F811
+    """Issue 30 item 1: a NUL or an over-long name made PostgreSQL refuse every later
+    flush (rows buffered forever, lost at `down`). The refused rows are written cleaned."""
+    ledger = UsageLedger(store)
+    for i in range(1, 21):
+        ledger.add(usage(i))
+    ledger.add(usage(21, model="nul\u0000"))
+    ledger.add(usage(22, model="x" * 4000))
+    ledger.add(usage(23)._replace(request_id="r\u0000" * 100))
+    assert await ledger.flush() == 23
+    assert ledger.pending == 0 and ledger.rejected == 0
+    for i in range(24, 31):  # and the ledger goes on
+        ledger.add(usage(i))
+    assert await ledger.flush() == 7
+    assert await count(store) == 30
+    by_model = {r["model"]: r["requests"] for r in await usage_report(store, "model")}
+    if store.is_sqlite:  # SQLite stores them as they are (the gateway bounds names first)
+        assert by_model == {"m": 28, "nul\u0000": 1, "x" * 4000: 1}
+    else:
+        assert by_model == {"m": 28, "nul": 1, "x" * 200: 1}
+    assert (await tokens_since(store, 0))["k1"] == 3 * sum(range(1, 31))
+
+
+async def test_a_row_refused_even_cleaned_is_dropped_and_counted(
+    store: Store,  # noqa: F811
+) -> None:
+    ledger = UsageLedger(store)
+    for i in range(1, 9):
+        ledger.add(usage(i))
+    ledger.add(usage(9)._replace(prompt_tokens=2**40))  # beyond INTEGER: refused either way
+    ledger.add(usage(10))
+    if store.is_sqlite:  # SQLite stores any integer: nothing to refuse
+        assert await ledger.flush() == 10
+        return
+    assert await ledger.flush() == 9
+    assert ledger.rejected == 1 and ledger.pending == 0
+    assert await count(store) == 9
+
+
+async def test_rows_a_down_database_refuses_at_stop_survive_to_the_next_start(
+    store: Store,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    spill = tmp_path / "state" / "usage-spill.jsonl"
+    ledger = UsageLedger(store, spill_path=spill)
+    real_engine = store.engine
+
+    class Down:
+        def begin(self) -> Any:
+            raise ConnectionRefusedError("database is down")
+
+        def connect(self) -> Any:
+            raise ConnectionRefusedError("database is down")
+
+    monkeypatch.setattr(store, "engine", Down())
+    for i in range(1, 13):
+        ledger.add(usage(i))
+    await ledger.stop()
+    assert spill.exists() and oct(spill.stat().st_mode & 0o777) == "0o600"
+    monkeypatch.setattr(store, "engine", real_engine)
+    again = UsageLedger(store, spill_path=spill, flush_interval_s=60)
+    again.add(usage(13))
+    again.start()
+    assert again.pending == 13
+    await again.stop()
+    assert await count(store) == 13 and not spill.exists()
+    assert (await tokens_since(store, 0))["k1"] == 3 * sum(range(1, 14))
+
+
+async def test_usage_reports_by_key_model_and_day_agree_with_usage_report(
+    store: Store,  # noqa: F811
+) -> None:
+    """Issue 28 item 5: the console's three tables came from three queries and differed
+    while rows were written; one query gives the same rows as each `usage_report`."""
+    from inferplane.tenancy.ledger import usage_reports
+
+    ledger = UsageLedger(store)
+    for i in range(1, 61):
+        ledger.add(usage(i, key=None if i % 7 == 0 else f"k{i % 3}", model="ab"[i % 2],
+                         ts=T0 + DAY * (i % 4)))  # fmt: skip
+    await ledger.flush()
+    for since in (None, T0 + DAY):
+        together = await usage_reports(store, since)
+        for by in ("key", "model", "day"):
+            assert together[by] == await usage_report(store, by, since), by
+        totals = {by: sum(r["total_tokens"] for r in rows) for by, rows in together.items()}
+        assert len(set(totals.values())) == 1

@@ -141,3 +141,26 @@ def test_budget_windows() -> None:
     assert bucket == "2027-01" and left is not None and 0 < left <= 31 * 86400
     bucket, left = budget_window("day", T0)
     assert bucket == "2027-01-15" and left is not None and 0 < left <= 86400
+
+
+async def test_a_wall_clock_step_back_costs_at_most_one_window(limiter: Limiter) -> None:  # noqa: F811
+    """Issue 30 item 12: a -1 h step once locked rate-limited keys out for 59 minutes."""
+    limits = Limits(rpm=2, tpm=1000)
+    for _ in range(2):
+        assert (await limiter.acquire("k", lease(), limits, 400, T0)).allowed
+    back = T0 - 3600.0  # the clock steps back an hour
+    refused = await limiter.acquire("k", lease(), limits, 400, back)
+    assert not refused.allowed and refused.retry_after_s <= 60.0
+    assert (await limiter.acquire("k", lease(), limits, 400, back + 61.0)).allowed
+
+
+async def test_a_request_whose_output_does_not_fit_the_budget_is_refused(
+    limiter: Limiter,  # noqa: F811
+) -> None:
+    """Issue 30 item 5: admission reserves the most a request may generate."""
+    limits = Limits(budget_tokens=1000, budget_period="day")
+    for _ in range(2):  # 100 prompt + 300 output reserved each: 400, then 800 used
+        assert (await limiter.acquire("k", lease(), limits, 400, T0, 300)).allowed
+    refused = await limiter.acquire("k", lease(), limits, 400, T0, 300)
+    assert not refused.allowed and refused.code == BUDGET  # 800 + 300 > 1000
+    assert (await limiter.acquire("k", lease(), limits, 150, T0, 50)).allowed  # fits

@@ -221,6 +221,7 @@ def up(
 
             planned = state.path / "planned.json"
             write_atomic(planned, given_plan.model_dump_json(indent=2) + "\n")
+            os.chmod(planned, 0o600)  # the state directory's files are the owner's only
             argv += ["--plan", str(planned)]
         if node is not None:
             argv += ["--node", node]

@@ -31,6 +31,7 @@ from urllib.parse import parse_qs
 import orjson
 
 from inferplane.console import auth, pages
+from inferplane.console.hosts import rebinding_refusal
 from inferplane.console.sampler import Sampler
 from inferplane.console.source import FleetSource
 from inferplane.console.usage import usage_view
@@ -93,6 +94,8 @@ class ConsoleApp:
         self.admin_token_env = admin_token_env
         self.sampler = Sampler(gateway, source, sample_interval_s)
         self._static = _static_files()
+        self.sessions = auth.Sessions()  # sign-ins: expiring, revoked at sign-out
+        self.throttle = auth.LoginThrottle()  # failed sign-ins per client and overall
 
     async def stop(self) -> None:
         await self.sampler.stop()
@@ -109,8 +112,16 @@ class ConsoleApp:
         if path == "/ui/login":
             await self._login(scope, receive, send, method)
             return
-        verdict = auth.check(self.gateway.tenancy, headers)
+        verdict = auth.check(self.gateway.tenancy, headers, self.sessions)
         is_api = path.startswith("/ui/api/")
+        if verdict == "open":
+            foreign = rebinding_refusal(headers, self.gateway.config.console_allowed_hosts)
+            if foreign is not None:  # DNS rebinding: another site's page at this address
+                await self._send(send, 403, _error(403, (
+                    f"the open console does not answer to {foreign}; open it at "
+                    "http://127.0.0.1:PORT/ui, add the name to gateway.console_allowed_hosts "
+                    "or set an admin token (docs/console.md)")))
+                return  # fmt: skip
         if verdict in ("missing", "disabled"):
             await self._refuse(send, verdict, is_api or path.startswith("/ui/partials/"),
                                wrong_token=bool(auth.bearer(headers)))
@@ -150,6 +161,7 @@ class ConsoleApp:
               and parts[3] == "restart"):  # fmt: skip
             await self._restart(send, parts[2], any(n == b"hx-request" for n, _ in headers))
         elif method == "POST" and parts == ["logout"]:
+            self.sessions.revoke(auth.session_cookie(headers))
             await self._send(send, 303, b"", b"text/plain", [
                 (b"location", b"/ui/login"),
                 (b"set-cookie", f"{auth.COOKIE}=; Path=/ui; Max-Age=0; HttpOnly; "
@@ -198,7 +210,8 @@ class ConsoleApp:
                     'hx-trigger="load, every 10s" hx-swap="innerHTML"></div>')
         else:
             body = "<h1>Playground</h1>" + pages.playground_body(
-                self._models(), self._replicas(), self._embeddings())
+                self._models(), self._replicas(), self._embeddings(),
+                self.gateway.replica_header.token)
         return pages.page(name, name.title(), body, who)  # fmt: skip
 
     @property
@@ -284,15 +297,24 @@ class ConsoleApp:
         if method != "POST":
             await self._send(send, 200, self._login_page().encode(), _HTML)
             return
+        client = str((scope.get("client") or ("-",))[0])
+        wait = self.throttle.retry_after(client)
+        if wait > 0:  # guessing the token: 5 tries a minute per client, 30 in all
+            await self._send(send, 429, self._login_page(
+                f"too many failed sign-ins; try again in {wait:.0f} s").encode(), _HTML,
+                [(b"retry-after", b"%d" % max(1, round(wait)))])
+            return  # fmt: skip
         form = parse_qs((await _body(receive, MAX_FORM_BYTES)).decode("utf-8", "replace"))
         given = (form.get("token") or [""])[0].strip()
         token = tenancy.admin_token
         if token and hmac.compare_digest(given.encode(), token.encode()):
-            cookie = (f"{auth.COOKIE}={auth.session_value(token)}; Path=/ui; HttpOnly; "
-                      "SameSite=Strict")  # fmt: skip
+            cookie = (f"{auth.COOKIE}={self.sessions.issue(token)}; Path=/ui; HttpOnly; "
+                      f"SameSite=Strict; Max-Age={int(self.sessions.ttl_s)}")  # fmt: skip
             await self._send(send, 303, b"", b"text/plain",
                              [(b"location", b"/ui/fleet"), (b"set-cookie", cookie.encode())])
             return  # fmt: skip
+        if token:
+            self.throttle.failed(client)
         error = ("the admin token is not set in the gateway's environment" if not token
                  else "wrong admin token")  # fmt: skip
         await self._send(send, 401, self._login_page(error).encode(), _HTML)

@@ -278,13 +278,16 @@ def charts_body(models: list[str], embeddings: set[str]) -> str:
     )
 
 
-def playground_body(models: list[str], replicas: dict[str, str], embeddings: set[str]) -> str:
+def playground_body(
+    models: list[str], replicas: dict[str, str], embeddings: set[str], replica_token: str = ""
+) -> str:
     # data-kind: the request kind console.js selects when this model is picked.
     options = "".join(
         f'<option value="{e(m)}" data-kind="{"embeddings" if m in embeddings else "chat"}">'
         f"{e(m)}</option>" for m in chat_first(models, embeddings))
     return (
-        f"<form id=\"playground\" data-replicas='{e(json.dumps(replicas))}'>"
+        f"<form id=\"playground\" data-replicas='{e(json.dumps(replicas))}' "
+        f'data-replica-token="{e(replica_token)}">'
         '<div class="row"><label>model <select name="model" id="pg-model">' + options
         + '</select></label><label>kind <select name="kind" id="pg-kind">'
         '<option value="chat">chat (streamed)</option><option value="embeddings">'

@@ -45,7 +45,7 @@ async def usage_view(
     now: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     from inferplane.errors import InferplaneError
-    from inferplane.tenancy.ledger import usage_report
+    from inferplane.tenancy.ledger import usage_reports
 
     if tenancy is None or tenancy.store is None:
         return {"tenancy": False,
@@ -58,7 +58,7 @@ async def usage_view(
     since = now - days * 86400
     if tenancy.ledger is not None:
         await tenancy.ledger.flush()  # what was just served shows at once
-    tables = {by: await usage_report(tenancy.store, by, since) for by in ("key", "model", "day")}
+    tables = await usage_reports(tenancy.store, since)  # one query: totals always agree
     usd_h, why = fleet_usd_per_hour(plan)
     ran_from = max(since, started_at or since)
     hours = max(0.0, now - ran_from) / 3600

@@ -26,8 +26,13 @@ from inferplane.gateway.connections import Connections, ConnectionsCollector
 from inferplane.gateway.errors import ClientError, error_body, sse_error_event
 from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
+from inferplane.gateway.names import UNKNOWN_MODEL
 from inferplane.gateway.pool import NoReplica, Pool
+from inferplane.gateway.replica_header import HEADER as REPLICA_HEADER
+from inferplane.gateway.replica_header import TOKEN_HEADER, ReplicaHeader
 from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
+from inferplane.gateway.reserve import output_reservation
+from inferplane.gateway.responses_guard import guard_responses_body, stores_response
 from inferplane.gateway.routes import (
     GENERATION_LIMITS,
     MODEL_PATHS,
@@ -107,11 +112,13 @@ class _Record:
         "events",
         "finished",
         "headers",
+        "keeps_response",
         "key_id",
         "prompt_tokens",
         "queue_wait",
         "retries",
         "sent",
+        "show_replica",
         "started",
         "status",
         "stripper",
@@ -125,6 +132,8 @@ class _Record:
         self.backend: Backend | None = None
         self.headers: Sequence[tuple[bytes, bytes]] = ()  # tenancy's x-ratelimit-* headers
         self.key_id: str | None = None  # the API key that made the request (tenancy)
+        self.keeps_response = False  # a /v1/responses call vLLM stores: remember its id
+        self.show_replica = False  # answer with x-inferplane-replica (replica_header)
         self.stripper: UsageStripper | None = None  # drops the usage event tenancy asked for
         self.status = 0
         self.ttft = 0.0
@@ -174,6 +183,7 @@ class GatewayApp:
             config.engine_metrics_interval_s,
             config.health_interval_s,
         )
+        self.monitor.on_hung = self._hung  # active health: a replica that stopped answering
         self._rid_prefix = os.urandom(4).hex() + "-"
         self._rid_seq = itertools.count(1)
         self._priority_header = config.priority_header.lower().encode()
@@ -185,6 +195,8 @@ class GatewayApp:
         self.tracing: Tracing | None = tracing_for(config.tracing)
         self._models_created = int(time.time())
         self.responses = ResponseOwners()  # response id -> replica, for /v1/responses/{id}
+        self.replica_header = ReplicaHeader(config.expose_replica_header)
+        self._probes: set[asyncio.Task[None]] = set()  # health checks after a total timeout
         self._started = False
         self.console: ConsoleApp | None = None  # the web console at /ui (console.attach)
         if tenancy is not None:
@@ -420,7 +432,7 @@ class GatewayApp:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
         except (aiohttp.ClientError, TimeoutError) as exc:
-            message = f"replica {backend.label} failed to answer {method} {path}: {exc!r}"
+            message = f"{backend.public} failed to answer {method} {path}: {exc!r}"
             if started:
                 await send({"type": "http.response.body", "body": sse_error_event(502, message)})
             else:
@@ -492,6 +504,7 @@ class GatewayApp:
         auth: bytes | None = None
         length: bytes | None = None
         priority_header = self._priority_header
+        show_replica = self.replica_header.always
         for name, value in scope["headers"]:
             if name == b"content-length":
                 length = value
@@ -503,6 +516,8 @@ class GatewayApp:
                 priority = BATCH if value.lower() == b"batch" else INTERACTIVE
             elif (name == b"traceparent" or name == b"tracestate") and trace is None:
                 trace_headers += name + b": " + value + b"\r\n"  # passed on unchanged
+            elif name == TOKEN_HEADER:
+                show_replica = show_replica or self.replica_header.granted(value)
         if rid is None:
             rid = (self._rid_prefix + str(next(self._rid_seq))).encode()
 
@@ -515,19 +530,22 @@ class GatewayApp:
         model = data["model"]
         stream = data.get("stream") is True
         adm: Admission | None = None
-        est = 0  # the prompt-token estimate tenancy charged at admission
+        est = 0  # what tenancy charged at admission: prompt estimate + output reservation
+        prompt_est = 0
         tenancy = self.tenancy
         if tenancy is not None:
-            est = estimate_prompt_tokens(body)
+            prompt_est = estimate_prompt_tokens(body)
+            out = output_reservation(data, path, self.state.max_tokens_cap(model))
+            est = prompt_est + out
             if tenancy.sync_limits:
-                verdict = tenancy.admit_now(auth, model, est)
+                verdict = tenancy.admit_now(auth, model, est, out)
             else:
-                verdict = await tenancy.admit(auth, model, est)
+                verdict = await tenancy.admit(auth, model, est, out)
             if not hasattr(verdict, "lease"):  # a Rejection (401/403/429)
                 await self._respond(
                     send, verdict.status, verdict.body(), rid, extra=verdict.headers
                 )
-                self.metrics.series(model, "-").count(verdict.status)
+                self.metrics.series(self._served_name(model), "-").count(verdict.status)
                 return
             admitted: Admission = verdict  # type: ignore[assignment]  # not a Rejection
             if admitted.key_id is not None:
@@ -540,7 +558,7 @@ class GatewayApp:
         else:
             pool = self.state.resolve(model)
         if pool is None:
-            self._tenancy_done(adm, est, rid, model, _Record(), 404, 0.0, stream)
+            self._tenancy_done(adm, est, rid, UNKNOWN_MODEL, _Record(), 404, 0.0, stream)
             await self._reject(send, 404, f"The model `{model}` does not exist.", rid, "-", "model",
                                requested=model)
             return
@@ -549,6 +567,10 @@ class GatewayApp:
             pool = self.state.pools[lane.model]
         route = pool.route
         try:
+            if path == RESPONSES_PATH and guard_responses_body(
+                data, adm.key_id if adm is not None else None
+            ):
+                body = orjson.dumps(data)
             body = self._rewrite(data, body, model, route, path)
         except ClientError as exc:
             self._tenancy_done(adm, est, rid, route.name, _Record(), exc.status, 0.0, stream)
@@ -561,6 +583,8 @@ class GatewayApp:
             t0,
         )
         rec = _Record()
+        rec.keeps_response = path == RESPONSES_PATH and stores_response(data)
+        rec.show_replica = show_replica
         rec.trace_headers = trace_headers
         rec.admitted_s = loop.time() - t0
         if trace is not None:
@@ -626,7 +650,7 @@ class GatewayApp:
                 # Cut short (client gone, engine died, timed out) before the engine's usage
                 # arrived: bill what it consumed, the prompt (estimated) and every token
                 # event streamed, so an aborted request never comes for free.
-                rec.prompt_tokens = est or estimate_prompt_tokens(body)
+                rec.prompt_tokens = prompt_est or estimate_prompt_tokens(body)
                 rec.completion_tokens = max(rec.events, 0)
             total = loop.time() - t0
             self._account(route, rec, total, rid)
@@ -676,15 +700,6 @@ class GatewayApp:
         data: dict[str, Any], body: bytes, model: str, route: ModelRoute, path: str
     ) -> bytes:
         """Apply the served-name map and the max_tokens cap; re-encode only when needed."""
-        if path == RESPONSES_PATH and data.get("background") is True:
-            # Work that outlives its request holds no gateway slot, no timeout bounds it and
-            # its tokens would never reach the usage ledger.
-            raise ClientError(
-                400,
-                "'background' responses are not served through the gateway (their tokens "
-                "would go unbilled and unbounded by its limits); use stream=true instead",
-                "background",
-            )
         changed = False
         if route.upstream_name != model:
             data["model"] = route.upstream_name
@@ -792,7 +807,7 @@ class GatewayApp:
                             timeouts.connect_s,
                         )
                     except UpstreamError as exc:
-                        failure = f"replica {backend.label} unreachable: {exc}"
+                        failure = f"{backend.public} unreachable: {exc}"
                         self._gateway_failure(pool, backend, failure)
                     else:
                         if conn.status >= 500 and len(tried) < route.retries:
@@ -802,7 +817,7 @@ class GatewayApp:
                                 payload = b""
                             finally:
                                 conn.release()
-                            failure = f"replica {backend.label} answered {conn.status}"
+                            failure = f"{backend.public} answered {conn.status}"
                             error_payload = (conn.status, payload, conn.content_type)
                             suspects.append(backend)
                     if failure is None:
@@ -840,7 +855,7 @@ class GatewayApp:
                     payload = await conn.read_all()
                 except UpstreamBodyError as exc:
                     conn.close()
-                    why = f"replica {backend.label} failed while responding: {exc}"
+                    why = f"{backend.public} failed while responding: {exc}"
                     self._gateway_failure(pool, backend, why)
                     await self._upstream_failed(send, rid, rec, why, None)
                     return
@@ -854,20 +869,27 @@ class GatewayApp:
                 if status == 200:
                     rec.prompt_tokens, rec.completion_tokens = usage_from(payload)
                     rec.usage_known = True
-                    if path == RESPONSES_PATH:
+                    if rec.keeps_response:
                         self.responses.learn(payload, route.name, backend.url, rec.key_id)
                 rec.finished = True
+                extra = rec.headers
+                if rec.show_replica:
+                    extra = (*extra, (REPLICA_HEADER, backend.label.encode()))
                 await self._respond(
-                    send, status, payload, rid, conn.content_type or _JSON[1],
-                    (*rec.headers, (b"x-inferplane-replica", backend.label.encode())),
+                    send, status, payload, rid, conn.content_type or _JSON[1], extra
                 )
         except TimeoutError:
             message = f"upstream timed out (model `{route.name}`)"
             failed = rec.backend
-            # A stream that kept making progress until `total_s` is long, not broken; every
-            # other timeout (first byte, idle gap, a non-streaming answer) is the replica's.
-            if failed is not None and not (stream and loop.time() >= total_deadline - 1e-3):
-                self._gateway_failure(pool, failed, f"replica {failed.label} timed out")
+            # Reaching `total_s` is the request's own deadline (a long generation), not the
+            # replica's failure: a stream that kept making progress is long, not broken, and
+            # a non-streaming answer counts only if the replica's /health fails too. A
+            # first-byte or idle timeout is the replica's.
+            if failed is not None:
+                if loop.time() < total_deadline - 1e-3:
+                    self._gateway_failure(pool, failed, f"{failed.public} timed out")
+                elif not stream:
+                    self._confirm_hung(pool, failed)
             rec.finished = True
             rec.status = 504
             if rec.started:  # mid-stream: end the stream with an error event
@@ -891,19 +913,15 @@ class GatewayApp:
         """Pass SSE bytes through as they arrive; never buffer or re-frame events. Counts
         the events relayed, so a stream cut short is still billed for what it streamed."""
         loop = asyncio.get_running_loop()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", conn.content_type or b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-request-id", rid),
-                    (b"x-inferplane-replica", rec.backend.label.encode() if rec.backend else b"-"),
-                    *rec.headers,
-                ],
-            }
-        )
+        headers = [
+            (b"content-type", conn.content_type or b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            (b"x-request-id", rid),
+            *rec.headers,
+        ]
+        if rec.show_replica:
+            headers.append((REPLICA_HEADER, rec.backend.label.encode() if rec.backend else b"-"))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         rec.started = True
         prev = last = b""
         backend = rec.backend
@@ -917,6 +935,7 @@ class GatewayApp:
             marker = b"\n\n"  # one SSE event per blank line
             if path == RESPONSES_PATH:
                 marker = _RESPONSES_TOKEN_EVENT  # its other events carry no token
+            if rec.keeps_response:
                 self.responses.learn(chunk, pool.route.name, backend.url, rec.key_id)
             while chunk:
                 if stripper is not None:
@@ -935,12 +954,12 @@ class GatewayApp:
                 prev, last = prev + last, stripper.usage
         except UpstreamBodyError as exc:
             conn.close()
-            self._gateway_failure(pool, backend, f"replica {backend.label} failed mid-stream")
+            self._gateway_failure(pool, backend, f"{backend.public} failed mid-stream")
             rec.status = 502
             rec.finished = True
             # Close a half-sent event first so the error event parses on its own.
             tail = b"" if last.endswith(b"\n\n") or not last else b"\n\n"
-            message = f"replica {backend.label} failed mid-stream: {exc}"
+            message = f"{backend.public} failed mid-stream: {exc}"
             await send({"type": "http.response.body", "body": tail + sse_error_event(502, message)})
             return
         except BaseException:
@@ -961,6 +980,22 @@ class GatewayApp:
         backend.consecutive_failures += 1
         if backend.consecutive_failures >= pool.route.eject_after_failures:
             self._eject(pool, backend, why, keep_one=False)
+
+    def _hung(self, pool: Pool, backend: Backend) -> None:
+        """The monitor's /health probes got no answer: eject it, end its requests."""
+        self._eject(pool, backend, f"{backend.public} stopped answering /health", keep_one=False)
+
+    def _confirm_hung(self, pool: Pool, backend: Backend) -> None:
+        """Count a total-deadline timeout as the replica's failure only once its /health
+        fails too (probed in the background: the client has its 504 at once)."""
+
+        async def probe() -> None:
+            if not await self.monitor.alive(backend):
+                self._gateway_failure(pool, backend, f"{backend.public} timed out")
+
+        task = asyncio.get_running_loop().create_task(probe())
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
 
     def _error_5xx(self, pool: Pool, backend: Backend) -> None:
         """A 5xx answer not shown to be the request's own: eject after `eject_after_5xx`
@@ -1016,6 +1051,10 @@ class GatewayApp:
             if requested is not None:  # what an unknown-model request asked for (trace)
                 record["requested_model"] = requested[:256]
             self.access_log.write(record)
+
+    def _served_name(self, model: str) -> str:
+        """The name as a metrics label when the fleet serves it, else UNKNOWN_MODEL."""
+        return model if self.state.serves(model) else UNKNOWN_MODEL
 
     def _account(self, route: ModelRoute, rec: _Record, total: float, rid: bytes) -> None:
         replica = rec.backend.label if rec.backend is not None else "-"

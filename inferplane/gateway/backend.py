@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from inferplane.gateway.redact import redact_url
@@ -34,9 +35,11 @@ class Backend:
         "consecutive_failures",
         "ejected",
         "engine",
+        "health_failures",
         "label",
         "max_concurrency",
         "outstanding",
+        "public",
         "ready",
         "url",
     )
@@ -50,7 +53,10 @@ class Backend:
         api_key: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        self.label = redact_url(self.url)  # what logs, metrics and error messages show
+        self.label = redact_url(self.url)  # what logs and metrics show
+        # What clients see in error messages: a stable name, not an internal address (the
+        # access log maps a request id to the replica's URL).
+        self.public = "replica-" + hashlib.sha256(self.url.encode()).hexdigest()[:8]
         self.ready = ready
         self.max_concurrency = max_concurrency  # None: the model's default cap
         self.api_key = api_key
@@ -58,6 +64,7 @@ class Backend:
         self.consecutive_failures = 0
         self.consecutive_5xx = 0
         self.ejected = False
+        self.health_failures = 0  # /health probes in a row that got no answer (monitor)
         self.engine: EngineLoad | None = None
 
     def __repr__(self) -> str:

@@ -66,6 +66,7 @@ class ConnectionLimits:
 
     header_timeout_s: float = _CONNECTIONS.header_timeout_s  # nginx client_header_timeout
     body_timeout_s: float = _CONNECTIONS.body_timeout_s  # nginx client_body_timeout
+    body_total_timeout_s: float = _CONNECTIONS.body_total_timeout_s  # Envoy request_timeout
     keepalive_timeout_s: float = _CONNECTIONS.keepalive_timeout_s  # nginx keepalive_timeout
     send_timeout_s: float = _CONNECTIONS.send_timeout_s  # nginx send_timeout
     max_header_bytes: int = _CONNECTIONS.max_header_bytes  # large_client_header_buffers
@@ -73,8 +74,8 @@ class ConnectionLimits:
     fd_reserve: int = _CONNECTIONS.fd_reserve  # kept free for upstreams, logs, the database
 
     def __post_init__(self) -> None:
-        for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s",
-                     "send_timeout_s"):  # fmt: skip
+        for name in ("header_timeout_s", "body_timeout_s", "body_total_timeout_s",
+                     "keepalive_timeout_s", "send_timeout_s"):  # fmt: skip
             if not getattr(self, name) > 0:
                 raise InferplaneError(
                     "connection timeout must be positive",
@@ -262,6 +263,10 @@ class GatewayConfig:
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     # OpenTelemetry spans (inferplane.gateway.tracing); None: the OTEL_* variables, else off.
     tracing: TracingConfig | None = None
+    # Host names the open console answers to besides loopback ("*": any), and whether
+    # every response carries x-inferplane-replica (docs/gateway.md).
+    console_allowed_hosts: tuple[str, ...] = ()
+    expose_replica_header: bool = False
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}

@@ -8,12 +8,17 @@ next to nginx's equivalent):
 - the request head must be complete within `header_timeout_s` of the connection opening or
   of its first byte (a keep-alive connection's next request) -> 408 and closed;
 - no gap between two reads of a request body may exceed `body_timeout_s` -> 408, closed;
+- the whole body must arrive within `body_total_timeout_s` of the head -> 408, closed (a
+  byte every few seconds keeps every gap short and would hold the connection forever);
 - an idle keep-alive connection is closed after `keepalive_timeout_s` (uvicorn's timer);
 - a client that reads nothing of its response for `send_timeout_s` is dropped;
 - a request head above `max_header_bytes` gets 431 and the connection is closed;
 - beyond `max_connections` open connections (and never closer to the process's descriptor
   limit than `fd_reserve`; each client connection may hold an upstream one) a new
-  connection gets 503 and is closed;
+  connection gets 503 and is closed; at most `MAX_LINGERING` refused connections linger
+  for the client to read their 503, the rest are closed at once, so a flood of
+  connections never takes the process to its descriptor limit (where every accept()
+  fails and asyncio logs a traceback for each);
 - `drain()` closes idle connections at once, answers 503 to those still sending a request
   head or body, and lets those being answered finish and then close.
 
@@ -40,6 +45,7 @@ from inferplane.gateway.config import ConnectionLimits
 from inferplane.gateway.errors import error_body
 
 LINGER_S = 2.0  # how long a refused connection may keep sending before it is closed
+MAX_LINGERING = 64  # refused connections waiting out LINGER_S; beyond: closed at once
 _PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
             503: b"Service Unavailable"}  # fmt: skip
 
@@ -63,6 +69,7 @@ class Connections:
         self.refused = 0  # over the connection cap
         self.timed_out: dict[str, int] = {"header": 0, "body": 0, "send": 0}
         self.too_large = 0  # 431s
+        self.lingering = 0  # refused over the cap, still open for LINGER_S
         self._timer: asyncio.TimerHandle | None = None
         self.now = 0.0  # loop time of the last sweep (or connection): the protocols' clock
         self._cap = self._compute_cap()
@@ -182,6 +189,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.head_since: float | None = None  # a head is awaited/arriving since then
         self.head_bytes = 0  # bytes received for the head in progress
         self.body_at = 0.0  # last read of the request body in progress
+        self.body_since = 0.0  # the head of the request whose body is arriving ended then
         self.paused_since: float | None = None  # the client stopped reading its answer
         self.linger_since: float | None = None  # answered with an error, half-closed
         self.too_big = False
@@ -235,7 +243,7 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.head_bytes > limit and self._head_size() > limit:
             self.too_big = True
             raise _HeadTooLarge  # uvicorn answers parser errors with send_400_response
-        self.body_at = self.guard.now
+        self.body_at = self.body_since = self.guard.now
         super().on_headers_complete()
 
     def _head_size(self) -> int:
@@ -282,6 +290,10 @@ class GuardedProtocol(HttpToolsProtocol):
                 if now - self.body_at > lim.body_timeout_s:
                     self.guard.timed_out["body"] += 1
                     self._refuse(408, f"no request body data for {lim.body_timeout_s:g} s")
+                elif now - self.body_since > lim.body_total_timeout_s:
+                    self.guard.timed_out["body"] += 1
+                    self._refuse(408, "request body not received within "
+                                 f"{lim.body_total_timeout_s:g} s")  # fmt: skip
             elif self.paused_since is not None and now - self.paused_since > lim.send_timeout_s:
                 self.guard.timed_out["send"] += 1
                 self._abandon_cycle()
@@ -339,9 +351,15 @@ class GuardedProtocol(HttpToolsProtocol):
         else:
             transport.close()
         if not self.counted:  # refused over the cap: not swept, so time it here
+            guard = self.guard
+            if guard.lingering >= MAX_LINGERING:  # a flood: free the descriptor now
+                transport.close()
+                return
+            guard.lingering += 1
             self.loop.call_later(LINGER_S, self._close_if_open)
 
     def _close_if_open(self) -> None:
+        self.guard.lingering -= 1
         if not self.transport.is_closing():
             self.transport.close()
 

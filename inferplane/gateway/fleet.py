@@ -99,6 +99,8 @@ def gateway_config_from_fleet(fleet: FleetSpec, plan: Plan | None = None) -> Gat
         priority_header=gw.priority_header,
         connections=ConnectionLimits(**gw.connections.model_dump()),
         metrics_token=os.environ.get(gw.metrics_token_env) if gw.metrics_token_env else None,
+        console_allowed_hosts=tuple(gw.console_allowed_hosts),
+        expose_replica_header=gw.expose_replica_header,
         tracing=TracingConfig(
             otlp_endpoint=gw.tracing.otlp_endpoint, service_name=gw.tracing.service_name,
             sample_ratio=gw.tracing.sample_ratio,

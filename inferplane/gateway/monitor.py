@@ -1,5 +1,10 @@
-"""Background probes: engine `/metrics` for the engine-metrics scorer, and `/health` to
-readmit replicas that passive health checking ejected."""
+"""Background probes: engine `/metrics` for the engine-metrics scorer, and `/health` of
+every ready replica: an ejected one is readmitted once it answers 200; a routed one whose
+`/health` gets no answer at all (a timeout or a refused connection: the process is hung,
+stopped or gone) `HUNG_AFTER` times in a row is reported to `on_hung`, which ejects it
+and ends its requests. The default timeouts are long (a generation may take minutes), so
+without this a hung endpoint replica held every request sent to it for up to an hour.
+An answer with any status counts as alive: what it says is the engine's business."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from inferplane.gateway.state import GatewayState
 _PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 # The engines behind the gateway all answer vLLM's paths (the simulator too).
 _PATHS = engine_for("vllm").endpoints
+HUNG_AFTER = 2  # probes in a row without an answer
 
 
 class Monitor:
@@ -33,6 +39,8 @@ class Monitor:
         self.metrics_interval_s = metrics_interval_s
         self.health_interval_s = health_interval_s
         self._tasks: list[asyncio.Task[None]] = []
+        # Called with (pool, backend) for a routed replica that stopped answering /health.
+        self.on_hung: Callable[[Pool, Backend], None] | None = None
 
     async def read_engine(self, b: Backend) -> None:
         """Refresh `b.engine`; an unreadable or unusable endpoint clears the reading."""
@@ -43,6 +51,14 @@ class Monitor:
         except (aiohttp.ClientError, TimeoutError, OSError):
             text = ""
         b.engine = parse_engine_load(text, loop.time()) if text else None
+
+    async def alive(self, b: Backend) -> bool:
+        """Whether the replica's `/health` answers 200 within the probe timeout."""
+        try:
+            async with self._session().get(b.url + _PATHS.health, timeout=_PROBE_TIMEOUT) as r:
+                return r.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
 
     async def check_health(self, pool: Pool, b: Backend) -> None:
         """Readmit an ejected replica once its `/health` answers 200."""
@@ -67,12 +83,25 @@ class Monitor:
         if jobs:
             await asyncio.gather(*jobs)
 
+    async def check_answers(self, pool: Pool, b: Backend) -> None:
+        """Count a routed replica's /health probes that got no answer at all."""
+        try:
+            async with self._session().get(b.url + _PATHS.health, timeout=_PROBE_TIMEOUT) as r:
+                await r.read()
+            b.health_failures = 0
+            return
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            b.health_failures += 1
+        if b.health_failures >= HUNG_AFTER and not b.ejected and self.on_hung is not None:
+            b.health_failures = 0
+            self.on_hung(pool, b)
+
     async def probe_health_once(self) -> None:
         jobs = [
-            self.check_health(pool, b)
+            self.check_health(pool, b) if b.ejected else self.check_answers(pool, b)
             for pool in self.state.pools.values()
             for b in pool.backends
-            if b.ejected
+            if b.ejected or (b.ready and self.on_hung is not None)
         ]
         if jobs:
             await asyncio.gather(*jobs)

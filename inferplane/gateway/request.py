@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from inferplane.gateway.errors import ClientError
+from inferplane.gateway.names import check_model_name
 
 # Fields holding the prompt per endpoint; checked only for their container type.
 _PROMPT_FIELD: dict[str, tuple[str, type | tuple[type, ...]]] = {
@@ -33,6 +34,7 @@ def parse_body(body: bytes, path: str) -> dict[str, Any]:
     model = data.get("model")
     if type(model) is not str or not model:
         raise ClientError(400, "'model' must be a non-empty string", "model")
+    check_model_name(model)
     stream = data.get("stream")
     if stream is not None and type(stream) is not bool:
         raise ClientError(400, "'stream' must be a boolean", "stream")

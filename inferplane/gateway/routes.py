@@ -217,15 +217,20 @@ class Owner:
 class ResponseOwners:
     """Response id -> the replica that generated it, for `GET /v1/responses/{id}` and
     `POST /v1/responses/{id}/cancel`. vLLM keeps stored responses in the engine's memory
-    and the id does not name the model, so the gateway remembers the newest `limit` ids
-    it relayed. An id it does not know (evicted, older than this gateway process, or made
-    through another gateway replica) gets vLLM's own 404."""
+    and the id does not name the model, so the gateway remembers the newest ids it
+    relayed: at most `per_key` per API key (one key's flood evicts only its own ids) and
+    `limit` in all (beyond it the key holding the most loses its oldest). An id is never
+    re-owned: a later response claiming a known id of another key is not remembered. An
+    id it does not know (evicted, older than this gateway process, or made through another
+    gateway replica) gets vLLM's own 404."""
 
-    def __init__(self, limit: int = 10_000) -> None:
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
+    def __init__(self, limit: int = 10_000, per_key: int = 2_000) -> None:
+        if limit < 1 or per_key < 1:
+            raise ValueError(f"limit must be at least 1 (per_key too), got {limit}, {per_key}")
         self.limit = limit
-        self._owners: OrderedDict[str, Owner] = OrderedDict()
+        self.per_key = per_key
+        self._owners: dict[str, Owner] = {}
+        self._by_key: dict[str | None, OrderedDict[str, None]] = {}
 
     def __len__(self) -> int:
         return len(self._owners)
@@ -236,12 +241,26 @@ class ResponseOwners:
         if match is None:
             return None
         response_id = match.group(1).decode("utf-8", "replace")
-        owners = self._owners
-        owners[response_id] = Owner(model, url, key_id)
-        owners.move_to_end(response_id)
-        while len(owners) > self.limit:
-            owners.popitem(last=False)
+        known = self._owners.get(response_id)
+        if known is not None and known.key_id != key_id:
+            return None  # another key's id: never re-owned
+        self._owners[response_id] = Owner(model, url, key_id)
+        ids = self._by_key.setdefault(key_id, OrderedDict())
+        ids[response_id] = None
+        ids.move_to_end(response_id)
+        if len(ids) > self.per_key:
+            self._forget(key_id)
+        while len(self._owners) > self.limit:
+            self._forget(max(self._by_key, key=lambda k: len(self._by_key[k])))
         return response_id
+
+    def _forget(self, key_id: str | None) -> None:
+        """Drop the oldest id of `key_id`."""
+        ids = self._by_key[key_id]
+        oldest, _ = ids.popitem(last=False)
+        self._owners.pop(oldest, None)
+        if not ids:
+            del self._by_key[key_id]
 
     def get(self, response_id: str) -> Owner | None:
         return self._owners.get(response_id)

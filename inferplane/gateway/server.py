@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from inferplane.gateway import logfilter
 from inferplane.gateway.app import GatewayApp, build_app
 from inferplane.gateway.config import GatewayConfig
 from inferplane.gateway.connections import Connections, protocol_for, raise_nofile_soft_limit
@@ -57,6 +58,7 @@ def serve(
     """Run the gateway in the foreground until interrupted. `wrap` may put an ASGI
     wrapper around the app (scale-from-zero activation, `inferplane.scaling.activator`)."""
     raise_nofile_soft_limit()  # P30; the connection cap stays below what is left
+    logfilter.install()  # one line per 10 s, not a traceback per failed accept()
     tune_gc()
     app = build_app(config, tenancy)
     asgi = wrap(app) if wrap is not None else app

@@ -69,6 +69,16 @@ class GatewayState:
                 return self.pools[chooser.choose()]
         return pool
 
+    def max_tokens_cap(self, name: str) -> int | None:
+        """The cap of the model a name addresses directly (None: none, or a weighted route
+        whose target is only chosen later)."""
+        pool = self._by_name.get(name)
+        return pool.route.max_tokens_cap if pool is not None else None
+
+    def serves(self, name: str) -> bool:
+        """Whether `name` is a model, alias or weighted route of this gateway."""
+        return name in self._by_name or name in self._weighted
+
     def client_names(self) -> list[str]:
         return list(dict.fromkeys([*self._by_name, *self._weighted]))
 

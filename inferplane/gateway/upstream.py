@@ -228,7 +228,10 @@ class UpstreamClient:
                     lambda: Connection(ep), ep.host, ep.port, ssl=ep.ssl
                 )
         except (OSError, TimeoutError) as exc:
-            raise UpstreamError(f"connect failed: {type(exc).__name__}: {exc}") from None
+            # The reason, not str(exc): that names the engine's address, and this message
+            # reaches the client.
+            why = getattr(exc, "strerror", None) or type(exc).__name__
+            raise UpstreamError(f"connect failed: {type(exc).__name__}: {why}") from None
         return conn
 
     async def post(

@@ -23,8 +23,22 @@ SETTLED_STATES = ("ready", "failed")
 Progress = Callable[[dict[str, Any]], None]
 
 
+UP_LOG_ROTATE_BYTES = 16 * 2**20  # up.log beyond this is kept as up.log.1 at the next start
+
+
+def rotate_up_log(state: StateDir) -> None:
+    """Keep up.log bounded: a log above UP_LOG_ROTATE_BYTES becomes up.log.1 (replacing
+    the older one) before a detached start appends to it."""
+    try:
+        if state.up_log.stat().st_size > UP_LOG_ROTATE_BYTES:
+            os.replace(state.up_log, state.up_log.with_name(state.up_log.name + ".1"))
+    except OSError:
+        pass
+
+
 def log_size(state: StateDir) -> int:
-    """Where the next detached start's output begins in up.log."""
+    """Where the next detached start's output begins in up.log (rotated first)."""
+    rotate_up_log(state)
     try:
         return state.up_log.stat().st_size
     except OSError:
@@ -34,7 +48,9 @@ def log_size(state: StateDir) -> int:
 def spawn_detached(argv: Sequence[str], state: StateDir) -> int:
     """Start `argv` (a foreground `inferplane up`) in its own session, output to up.log."""
     state.path.mkdir(parents=True, exist_ok=True)
-    with open(state.up_log, "ab") as log:
+    fd = os.open(state.up_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)  # an older log keeps its mode through O_CREAT
+    with os.fdopen(fd, "ab") as log:
         proc = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fnmatch
 import os
 import signal
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
+
+from inferplane.runtime import state as _state
 
 # Never handed to engines: the gateway's own secrets and settings (admin token, database
 # and Redis URLs: every INFERPLANE_* variable) and database passwords. Engines keep the rest
@@ -30,7 +33,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _child_setup() -> None:
-    """Runs in the child between fork and exec (Linux: die with the parent)."""
+    """Runs in the child between fork and exec (Linux: die with the parent; the
+    operator's own umask, not the state directory's private one)."""
+    if _state.OPERATOR_UMASK is not None:
+        os.umask(_state.OPERATOR_UMASK)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
@@ -48,6 +54,7 @@ class RotatingLog:
         self.backups = backups
         self._file = _open_private(path)
         self._size = self._file.tell()
+        self.dropped = 0  # lines lost to a write error (a full disk): never fatal
 
     def _rotate(self) -> None:
         self._file.close()
@@ -63,17 +70,32 @@ class RotatingLog:
         self._size = 0
 
     def write(self, text: str) -> None:
+        """Append `text`; a write error (ENOSPC: the state disk is full) drops it and is
+        counted, so a full disk never keeps an engine from being restarted."""
         if self._file.closed:
             return
         size = len(text.encode("utf-8", "replace"))
-        if self._size and self._size + size > self.max_bytes:
-            self._rotate()
-        self._file.write(text)
-        self._file.flush()
+        try:
+            if self._size and self._size + size > self.max_bytes:
+                self._rotate()
+            self._file.write(text)
+            self._file.flush()
+        except OSError:
+            self.dropped += 1
+            with contextlib.suppress(OSError):
+                self._file = _reopen(self._file, self.path)
+            return
         self._size += size
 
     def close(self) -> None:
         self._file.close()
+
+
+def _reopen(old: TextIO, path: Path) -> TextIO:
+    """A fresh handle after a failed write (its buffer may hold the unwritten text)."""
+    with contextlib.suppress(OSError):
+        old.close()
+    return _open_private(path)
 
 
 def _open_private(path: Path) -> TextIO:
@@ -83,18 +105,33 @@ def _open_private(path: Path) -> TextIO:
     return os.fdopen(fd, "a", encoding="utf-8")
 
 
+ENGINE_ENV_ALLOW = "INFERPLANE_ENGINE_ENV_ALLOW"  # e.g. "PATH,HOME,CUDA_*,HF_*,VLLM_*"
+
+
 def engine_environment(
     env: Mapping[str, str], hidden: Collection[str] = ()
 ) -> dict[str, str]:
     """Our environment without the gateway's secrets (and `hidden` names, e.g. the fleet's
-    `gateway.admin_token_env`), with the engine's own `env` on top."""
+    `gateway.admin_token_env`), with the engine's own `env` on top. With
+    $INFERPLANE_ENGINE_ENV_ALLOW (comma-separated names or shell patterns) only matching
+    variables of ours are passed on (docs/runtime.md)."""
+    allow = [p.strip() for p in os.environ.get(ENGINE_ENV_ALLOW, "").split(",") if p.strip()]
     base = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(ENGINE_ENV_DROP_PREFIXES) and k not in ENGINE_ENV_DROP
-        and k not in hidden
+        and k not in hidden and (not allow or any(fnmatch.fnmatchcase(k, p) for p in allow))
     }  # fmt: skip
     return {**base, **env}
+
+
+def stopped(pid: int) -> bool:
+    """Whether `pid` is stopped (SIGSTOP, a debugger): it cannot act on SIGTERM."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
 
 
 class EngineProcess:
@@ -139,7 +176,9 @@ class EngineProcess:
 
     async def stop(self, timeout_s: float) -> int:
         """SIGTERM the group, then SIGKILL it after `timeout_s`; returns the exit code."""
-        if self.proc.returncode is None:
+        if self.proc.returncode is None and stopped(self.proc.pid):
+            timeout_s = 0.0  # a stopped process cannot run its SIGTERM handler: no grace
+        if self.proc.returncode is None and timeout_s > 0:
             self.signal_group(signal.SIGTERM)
             # asyncio.wait, not wait_for: on 3.11 wait_for swallows a cancellation that
             # arrives as the process exits, and the supervisor then restarted an engine

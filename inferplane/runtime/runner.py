@@ -204,11 +204,16 @@ class Runtime:
         )
         self.tenancy: Tenancy | None = None
         if options.tenancy:
-            from inferplane.tenancy.wiring import build_tenancy, state_dir_database_url
+            from inferplane.tenancy.wiring import (
+                USAGE_SPILL_FILE,
+                build_tenancy,
+                state_dir_database_url,
+            )
 
             self.tenancy = build_tenancy(
                 fleet, options.database_url,
                 default_db=state_dir_database_url(options.state_dir),
+                spill_path=options.state_dir / USAGE_SPILL_FILE,
             )
         self.gateway: GatewayApp = build_app(config, self.tenancy)
         if fleet.gateway.console:  # the web console at /ui reads this runtime (docs/console.md)
@@ -288,6 +293,9 @@ class Runtime:
             )
             # after uvicorn's logging config (it replaces the handlers of its loggers)
             self._gateway_log = _open_gateway_log(self.state_dir.log_dir / "gateway.log")
+            from inferplane.gateway import logfilter
+
+            logfilter.install()  # one line per 10 s, not a traceback per failed accept()
             self._server = _GatewayServer(config)
             self._server_task = asyncio.get_running_loop().create_task(
                 self._server.serve(sockets=[sock])
@@ -756,6 +764,9 @@ class Runtime:
     def _write_state(self) -> None:
         if self.state_dir.path.exists():
             status = self.status()
-            self.state_dir.write(status)
-            if self._targets is not None:  # replicas started, stopped, added or removed
-                refresh_targets(self._targets, status)
+            try:
+                self.state_dir.write(status)
+                if self._targets is not None:  # replicas started, stopped, added or removed
+                    refresh_targets(self._targets, status)
+            except OSError as exc:  # a full state disk must not stop supervision (restarts)
+                _gateway_log.warning("cannot write %s: %s", self.state_dir.state_file, exc)

@@ -64,7 +64,10 @@ class StateDir:
                 value=str(self.path),
                 fix="stop it with `inferplane down`, or pass another --state-dir",
             )
-        # Private (0700): state, logs and the database URL are the owner's only.
+        # Private (0700): state, logs and the database URL are the owner's only; every
+        # file this process creates from now on (the SQLite DB and its WAL, logs, plans)
+        # is 0600. Engines get the operator's own umask back (runtime.process).
+        private_umask()
         self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for directory in (self.path, self.log_dir):
@@ -87,6 +90,16 @@ class StateDir:
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
+
+
+OPERATOR_UMASK: int | None = None  # the umask before `private_umask`, for engines
+
+
+def private_umask() -> None:
+    """Create files 0600 and directories 0700 from now on (once per process)."""
+    global OPERATOR_UMASK
+    if OPERATOR_UMASK is None:
+        OPERATOR_UMASK = os.umask(0o077)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -48,7 +48,7 @@ from inferplane.aio import cancel_and_wait
 from inferplane.engines import Endpoints, engine_for
 from inferplane.errors import InferplaneError
 from inferplane.runtime.instances import Instance
-from inferplane.runtime.process import EngineProcess, RotatingLog, spawn
+from inferplane.runtime.process import EngineProcess, RotatingLog, spawn, stopped
 
 InstanceState = Literal["starting", "ready", "unhealthy", "restarting", "stopped", "failed"]
 
@@ -541,6 +541,9 @@ class Supervisor:
                 failures += 1
                 if rec.state == "ready":
                     self._set(rec, "unhealthy", why)  # the gateway stops routing now
+                if stopped(proc.pid):  # SIGSTOPped: it cannot recover by itself, and its
+                    # streams would wait out the failure threshold (issue 30 item 14)
+                    return f"the engine process is stopped (SIGSTOP); last check: {why}"
                 if failures >= s.failure_threshold:
                     return f"{failures} consecutive failed health checks; last: {why}"
         finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictStr, field_validator
 from pydantic_core import PydanticCustomError
@@ -35,6 +35,9 @@ class GatewayConnections(SpecModel):
 
     header_timeout_s: PositiveFloat = 30.0  # the request head, from the first byte -> 408
     body_timeout_s: PositiveFloat = 30.0  # longest gap between two body reads -> 408
+    # The whole body, from the end of the head: a body trickled a byte every few seconds
+    # (each gap under body_timeout_s) is cut here (Envoy's request_timeout) -> 408.
+    body_total_timeout_s: PositiveFloat = 300.0
     keepalive_timeout_s: PositiveFloat = 75.0  # an idle keep-alive connection is closed
     send_timeout_s: PositiveFloat = 60.0  # a client reading nothing of its answer is dropped
     max_header_bytes: PositiveInt = Field(default=64 * 1024, ge=1024)  # larger heads: 431
@@ -91,6 +94,15 @@ class GatewaySpec(SpecModel):
     # The web console at /ui (docs/console.md), served by `inferplane up`'s gateway; it
     # needs the admin token whenever auth is on. `up --no-console` also turns it off.
     console: StrictBool = True
+    # Host names the console answers to when it is open (no auth in force), besides the
+    # loopback names (localhost, 127.0.0.1, ::1): a web page that rebinds its own DNS name
+    # to this machine then cannot drive it (docs/console.md). "*" accepts any Host.
+    console_allowed_hosts: list[Annotated[StrictStr, Field(min_length=1)]] = Field(
+        default_factory=list
+    )
+    # x-inferplane-replica (the URL of the engine that answered) on every response: off by
+    # default, as it tells clients internal addresses; the console asks for it on its own.
+    expose_replica_header: StrictBool = False
     # The gateway's container image for `inferplane render` (--gateway-image overrides it);
     # default: what this checkout's Dockerfile builds (docs/deploy.md).
     image: StrictStr | None = Field(default=None, min_length=1)

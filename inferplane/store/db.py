@@ -78,6 +78,17 @@ def alembic_config() -> Config:
     return config
 
 
+def _private_sqlite_file(path: Path) -> None:
+    """Create the database file 0600 before SQLite does (its -wal and -shm files take the
+    database's mode): it holds key hashes and usage (docs/tenancy.md)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)
+    except OSError:
+        pass  # read-only or another owner's file: SQLite reports what matters
+
+
 class Store:
     """An async engine and session factory for one database URL."""
 
@@ -86,7 +97,7 @@ class Store:
         parsed = make_url(self.url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite and parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(Path(parsed.database))
         self.engine: AsyncEngine = create_async_engine(self.url, **engine_kw)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)

@@ -8,6 +8,7 @@
     POST /admin/keys/{id}/rotate          new secret under "key"
     GET  /admin/routes                    weighted routes and per-key overrides
     PUT  /admin/routes/{name}             {"targets": {"model": weight, ...}, "key_id": null}
+    DELETE /admin/routes/{name}?key_id=   remove a route (or one key's override)
     GET  /admin/usage?by=key&since=UNIX   usage report
 The token comes from the environment variable named by `gateway.admin_token_env`
 (INFERPLANE_ADMIN_TOKEN by default); without one the admin API answers 403.
@@ -15,6 +16,8 @@ The token comes from the environment variable named by `gateway.admin_token_env`
 Bodies are validated strictly, each refusal a 400 in OpenAI's error shape naming the field
 (`param`): a string is not a list (`"models": "alpha"`), counts are positive integers
 (never booleans), weights and durations are finite numbers; unknown fields are refused.
+Names are checked against the running fleet as the fleet file is (`admin_checks`): route
+targets are served models of one task, a key's models are names clients can address.
 """
 
 from __future__ import annotations
@@ -169,6 +172,8 @@ async def _json_body(receive: Receive) -> Any:
 
 
 async def handle(tenancy: Tenancy, scope: Scope, receive: Receive, send: Send) -> None:
+    from inferplane.tenancy.admin_checks import check_allowed_models, check_route_targets
+
     token = tenancy.admin_token
     given = b""
     for name, value in scope["headers"]:
@@ -191,6 +196,8 @@ async def handle(tenancy: Tenancy, scope: Scope, receive: Receive, send: Send) -
             await _send(send, 200, {"keys": [r.as_dict() for r in rows]})
         elif parts == ["keys"] and method == "POST":
             name, args = _create_args(await _json_body(receive))
+            if tenancy.state is not None and "models" in args:
+                check_allowed_models(tenancy.state, args["models"])
             row, secret = await create_key(store, name, **args)
             await tenancy.refresh()
             await _send(send, 201, {**row.as_dict(), "key": secret})
@@ -210,11 +217,19 @@ async def handle(tenancy: Tenancy, scope: Scope, receive: Receive, send: Send) -
             await _send(send, 200, {"routes": table.weighted, "per_key": table.per_key})
         elif len(parts) == 2 and parts[0] == "routes" and method == "PUT":
             targets, key_id = _route_args(await _json_body(receive))
+            if tenancy.state is not None:
+                check_route_targets(tenancy.state, targets)
             if key_id is not None:
                 await get_key(store, key_id)  # 404 for a key that does not exist
             await set_route(store, parts[1], targets, key_id)
             await tenancy.refresh()
             await _send(send, 200, {"route": parts[1], "targets": dict(targets)})
+        elif len(parts) == 2 and parts[0] == "routes" and method == "DELETE":
+            query = parse_qs(scope.get("query_string", b"").decode())
+            key_id = query.get("key_id", [None])[0]
+            await set_route(store, parts[1], [], key_id)  # no targets: removed
+            await tenancy.refresh()
+            await _send(send, 200, {"route": parts[1], "deleted": True})
         elif parts == ["usage"] and method == "GET":
             query = parse_qs(scope.get("query_string", b"").decode())
             since_text = query.get("since", [None])[0]

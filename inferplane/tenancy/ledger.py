@@ -6,6 +6,14 @@ the rows added since the last completed flush (one flush interval). A database o
 blocks or fails requests: rows stay buffered and the flush is retried with backoff; when the
 buffer reaches `max_buffer` rows the oldest are dropped and counted (`dropped`, exported as
 `inferplane_usage_dropped_total`).
+
+A row the database refuses (a NUL byte or an over-long string PostgreSQL will not store)
+never stops the ledger: a failed batch is split in halves until the refused row stands
+alone; that row is written once more with its strings cleaned (NULs removed, cut to the
+column's length), so its tokens still count, and only a row refused even then is dropped
+(`rejected`, exported as `inferplane_usage_rejected_total`). A database still down at
+`stop` (the gateway's shutdown) gets the buffer spilled to `spill_path`; the next start
+loads it back, so `down` during an outage loses nothing.
 """
 
 from __future__ import annotations
@@ -14,11 +22,14 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 from collections import deque
 from itertools import chain
+from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-from sqlalchemy import Integer, case, cast, func, insert, select
+import orjson
+from sqlalchemy import Integer, case, cast, func, insert, select, text
 
 from inferplane.aio import cancel_and_wait
 from inferplane.errors import InferplaneError
@@ -82,6 +93,24 @@ def _insert_sql(dialect: Any, rows_per_statement: int = 1) -> str | None:
     return f"INSERT INTO {quote(UsageRow.__tablename__)} ({cols}) VALUES {values}"
 
 
+# Column lengths of the string fields (UsageRow): a cleaned row fits them.
+_STRING_LIMITS = {
+    i: getattr(UsageRow, name).type.length
+    for i, name in enumerate(_COLUMNS)
+    if getattr(getattr(UsageRow, name).type, "length", None)
+}
+
+
+def clean_row(row: LedgerRow) -> LedgerRow:
+    """The row with every string a database accepts: NULs removed, cut to its column."""
+    out = list(row)
+    for i, limit in _STRING_LIMITS.items():
+        value = out[i]
+        if isinstance(value, str):
+            out[i] = value.replace("\x00", "")[:limit]
+    return tuple(out)  # type: ignore[return-value]
+
+
 def _grouped(rows: list[LedgerRow], per: int) -> tuple[list[tuple[Any, ...]], list[LedgerRow]]:
     """Flattened parameter tuples of `per` rows each, and the rows left over."""
     whole = len(rows) - len(rows) % per
@@ -98,6 +127,7 @@ class UsageLedger:
         batch_size: int = 5_000,
         max_backoff_s: float = 30.0,
         write_timeout_s: float = 10.0,
+        spill_path: Path | None = None,
     ) -> None:
         self.store = store
         self.flush_interval_s = flush_interval_s
@@ -114,6 +144,9 @@ class UsageLedger:
         self.dropped = 0
         self.failures = 0
         self.flushes = 0
+        self.rejected = 0  # rows the database refused even cleaned (logged, dropped)
+        self.spill_path = spill_path  # where `stop` leaves rows a down database refused
+        self._spill_loaded = False
 
     @property
     def pending(self) -> int:
@@ -133,14 +166,58 @@ class UsageLedger:
 
     def start(self) -> None:
         if self._task is None:
+            self.load_spill()
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Stop the background task and write what is buffered (one last try)."""
+        """Stop the background task and write what is buffered (one last try); what a
+        down database refused goes to `spill_path`."""
         await cancel_and_wait(self._task)
         self._task = None
         with contextlib.suppress(Exception):
             await self.flush()
+        if self._buf and self.spill_path is not None:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Write the buffer to `spill_path` (0600, atomically; it replaces an older spill,
+        whose rows were loaded into this buffer at start)."""
+        path = self.spill_path
+        assert path is not None
+        lines = b"".join(orjson.dumps(list(r)) + b"\n" for r in self._buf)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(lines)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.error("usage ledger: %d rows lost, cannot spill to %s: %s",
+                      len(self._buf), path, exc)  # fmt: skip
+            return
+        log.warning("usage ledger: database unreachable at shutdown; %d rows kept in %s "
+                    "(written at the next start)", len(self._buf), path)  # fmt: skip
+
+    def load_spill(self) -> int:
+        """Put rows spilled by an earlier `stop` at the buffer's front; the file goes once
+        a flush has written them."""
+        path = self.spill_path
+        if path is None or self._spill_loaded or not path.exists():
+            return 0
+        rows: list[LedgerRow] = []
+        try:
+            for line in path.read_bytes().splitlines():
+                with contextlib.suppress(orjson.JSONDecodeError, TypeError, ValueError):
+                    item = orjson.loads(line)
+                    if isinstance(item, list) and len(item) == len(_COLUMNS):
+                        rows.append(tuple(item))
+        except OSError as exc:
+            log.warning("usage ledger: cannot read spilled rows in %s: %s", path, exc)
+            return 0
+        self._buf.extendleft(reversed(rows))
+        self._spill_loaded = True
+        return len(rows)
 
     async def _run(self) -> None:
         delay = self.flush_interval_s
@@ -166,15 +243,70 @@ class UsageLedger:
         batch, self._buf = self._buf, deque()
         rows = list(batch)
         try:
-            async with asyncio.timeout(self.write_timeout_s), self.store.engine.begin() as conn:
-                for i in range(0, len(rows), self.batch_size):
-                    await self._insert(conn, rows[i : i + self.batch_size])
-        except BaseException:
+            await self._write(rows)
+        except asyncio.CancelledError:
             self._requeue(batch)
             raise
-        self.written += len(rows)
+        except Exception:
+            if not await self._reachable():
+                self._requeue(batch)
+                raise
+            try:  # the database is up and refused the batch: find the rows it refuses
+                left = await self._isolate(rows)
+            except BaseException:
+                self._requeue(batch)
+                raise
+            written = len(rows) - left
+        else:
+            written = len(rows)
+        self.written += written
         self.flushes += 1
-        return len(rows)
+        self._forget_spill()
+        return written
+
+    async def _write(self, rows: list[LedgerRow]) -> None:
+        async with asyncio.timeout(self.write_timeout_s), self.store.engine.begin() as conn:
+            for i in range(0, len(rows), self.batch_size):
+                await self._insert(conn, rows[i : i + self.batch_size])
+
+    async def _reachable(self) -> bool:
+        try:
+            async with asyncio.timeout(self.write_timeout_s), self.store.engine.connect() as c:
+                await c.execute(text("SELECT 1"))
+        except Exception:
+            return False
+        return True
+
+    async def _isolate(self, rows: list[LedgerRow]) -> int:
+        """Write `rows` in halves until each refused row stands alone; such a row is
+        written cleaned, or dropped and counted. Returns the rows not written. Raises
+        (the caller requeues everything) when the database goes away meanwhile; rows
+        already written then come back as duplicates, which is rarer than losing them."""
+        try:
+            await self._write(rows)
+            return 0
+        except Exception as exc:
+            if len(rows) > 1:
+                half = len(rows) // 2
+                return await self._isolate(rows[:half]) + await self._isolate(rows[half:])
+            refusal = exc
+        if not await self._reachable():
+            raise refusal
+        try:
+            await self._write([clean_row(rows[0])])
+            log.warning("usage ledger: a row the database refused was written cleaned "
+                        "(%s)", str(refusal).splitlines()[0][:200])  # fmt: skip
+            return 0
+        except Exception as exc:
+            self.rejected += 1
+            log.error("usage ledger: dropped a row the database refuses (%s): %r",
+                      str(exc).splitlines()[0][:200], clean_row(rows[0]))  # fmt: skip
+            return 1
+
+    def _forget_spill(self) -> None:
+        if self._spill_loaded and self.spill_path is not None:
+            self.spill_path.unlink(missing_ok=True)
+            self._spill_loaded = False
 
     async def _insert(self, conn: Any, rows: list[LedgerRow]) -> None:
         sql = _insert_sql(conn.dialect)
@@ -248,6 +380,47 @@ async def usage_report(
         out.sort(key=lambda r: r["day"])
     else:
         out.sort(key=lambda r: (-r["total_tokens"], str(r[by])))
+    return out
+
+
+async def usage_reports(
+    store: Store, since: float | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """`usage_report` by key, by model and by day, from one query (one snapshot of the
+    ledger: the three tables' totals always agree, even while rows are being written)."""
+    day = _day(store)
+    prompt = func.coalesce(func.sum(UsageRow.prompt_tokens), 0)
+    completion = func.coalesce(func.sum(UsageRow.completion_tokens), 0)
+    errors = func.sum(case((UsageRow.status >= 400, 1), else_=0))
+    query = select(
+        UsageRow.key_id, UsageRow.model, day.label("day"), func.count(),
+        cast(errors, Integer), cast(prompt, Integer), cast(completion, Integer),
+    ).group_by(UsageRow.key_id, UsageRow.model, day)  # fmt: skip
+    if since is not None:
+        query = query.where(UsageRow.ts >= since)
+    async with store.session() as session:
+        cells = (await session.execute(query)).all()
+        names = dict((await session.execute(select(ApiKey.id, ApiKey.name))).all())
+    out: dict[str, list[dict[str, Any]]] = {}
+    for position, by in enumerate(GROUPS):
+        sums: dict[Any, list[int]] = {}
+        for cell in cells:
+            acc = sums.setdefault(cell[position], [0, 0, 0, 0])
+            for i in range(4):
+                acc[i] += int(cell[3 + i] or 0)
+        rows = []
+        for g, (requests, errs, p, c) in sums.items():
+            item: dict[str, Any] = {by: g if g is not None else "-"}
+            if by == "key":
+                item["name"] = names.get(g, "anonymous" if g is None else "-")
+            item.update(requests=requests, errors=errs, prompt_tokens=p, completion_tokens=c,
+                        total_tokens=p + c)  # fmt: skip
+            rows.append(item)
+        if by == "day":
+            rows.sort(key=lambda r: r["day"])
+        else:
+            rows.sort(key=lambda r: (-r["total_tokens"], str(r[by])))
+        out[by] = rows
     return out
 
 

@@ -5,6 +5,11 @@ burst its whole per-minute allowance and then refills continuously, like OpenAI'
 Tokens are charged with an estimate at admission and corrected with the engine's real
 usage afterwards (`release(..., delta_tokens=actual - estimate)`).
 
+A theoretical arrival time is never more than one window ahead of `now` in normal
+operation, so one further ahead means the wall clock stepped back (NTP, a VM restored): it
+is clamped to one window, and a -1 h step costs a key at most one window of its rate, not
+the hour (issue 30 item 12; budgets follow the calendar and keep the wall clock).
+
 Two backends run the same algorithm: `MemoryLimiter` for one gateway and `RedisLimiter`
 (one Lua script, atomic on the server) when several gateway replicas share limits. Both take
 `now` from the caller, so one wall clock (NTP) orders all replicas and tests control time.
@@ -112,7 +117,8 @@ def period_start(period: str, now: float) -> float:
 
 class Limiter(Protocol):
     async def acquire(
-        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float,
+        output_tokens: int = 0,
     ) -> Outcome: ...
 
     async def release(
@@ -136,14 +142,23 @@ class KeyState:
         self.tok_tat = 0.0
         self.budget: dict[str, int] = {}  # tokens used per budget bucket
 
-    def acquire(self, limits: Limits, est_tokens: int, now: float) -> Outcome | None:
+    def acquire(
+        self, limits: Limits, est_tokens: int, now: float, output_tokens: int = 0
+    ) -> Outcome | None:
         """None when admitted (`report` then says what is left), else the refusal.
+        `est_tokens` is the whole reservation (prompt estimate plus `output_tokens`, the
+        most the request may generate); a budget admits while some of it is left and the
+        request's output reservation fits in what is left.
         Written for few bytecodes: it runs on every request (docs/tenancy.md, "Cost on the
         hot path")."""
         max_concurrent = limits.max_concurrent
         if max_concurrent and self.in_flight >= max_concurrent:
             return Outcome(CONCURRENCY, 1.0)
         # GCRA: a key's theoretical arrival time may run at most one window ahead of now.
+        ahead = now + WINDOW_S
+        if self.req_tat > ahead or self.tok_tat > ahead:  # the clock stepped back (module doc)
+            self.req_tat = min(self.req_tat, ahead)
+            self.tok_tat = min(self.tok_tat, ahead)
         req_tat = tok_tat = now
         req_interval = limits.request_interval
         if req_interval:
@@ -162,7 +177,8 @@ class KeyState:
                 return Outcome(TOKENS, tok_tat - now - WINDOW_S)
         if limits.budget_tokens:
             bucket, left = budget_window(limits.budget_period, now)
-            if self.budget.get(bucket, 0) >= limits.budget_tokens:
+            used = self.budget.get(bucket, 0)
+            if used >= limits.budget_tokens or used + output_tokens > limits.budget_tokens:
                 return Outcome(BUDGET, left or 0.0)
             self.budget[bucket] = self.budget.get(bucket, 0) + est_tokens
         if max_concurrent:
@@ -211,10 +227,11 @@ class MemoryLimiter:
         return st
 
     async def acquire(
-        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float,
+        output_tokens: int = 0,
     ) -> Outcome:
         st = self.state(key_id)
-        refused = st.acquire(limits, est_tokens, now)
+        refused = st.acquire(limits, est_tokens, now, output_tokens)
         return refused if refused is not None else st.report(limits, now)
 
     async def release(
@@ -230,7 +247,8 @@ class MemoryLimiter:
 
 
 # KEYS: leases zset, request tat, token tat, budget counter.
-# ARGV: now, lease, lease_ttl, est, rpm, tpm, max_concurrent, budget, budget_ttl, window
+# ARGV: now, lease, lease_ttl, est, rpm, tpm, max_concurrent, budget, budget_ttl, window,
+#       output (the part of est that is the request's output reservation)
 _ACQUIRE = """
 local now = tonumber(ARGV[1])
 local est = tonumber(ARGV[4])
@@ -246,6 +264,14 @@ if maxc > 0 then
 end
 local req_new = 0
 local tok_new = 0
+-- a rate's TAT more than a window ahead: the wall clock stepped back; rebase on the new one
+for i = 2, 3 do
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if tat > now + window then
+    redis.call('SET', KEYS[i], string.format('%.17g', now + window), 'PX',
+      math.ceil(window * 1000) + 1000)
+  end
+end
 if rpm > 0 then
   req_new = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), now) + window / rpm
   if req_new - now > window + 1e-9 then return {'2', tostring(req_new - now - window)} end
@@ -256,7 +282,8 @@ if tpm > 0 then
   if tok_new - now > window + 1e-9 then return {'3', tostring(tok_new - now - window)} end
 end
 if budget > 0 then
-  if tonumber(redis.call('GET', KEYS[4]) or '0') >= budget then
+  local used = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if used >= budget or used + tonumber(ARGV[11]) > budget then
     return {'4', tostring(math.max(budget_ttl, 0))}
   end
 end
@@ -323,7 +350,8 @@ class RedisLimiter:
         return [p + "leases", p + "req", p + "tok", p + "budget:" + bucket], left
 
     async def acquire(
-        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float
+        self, key_id: str, lease: str, limits: Limits, est_tokens: int, now: float,
+        output_tokens: int = 0,
     ) -> Outcome:
         keys, left = self._keys(key_id, limits, now)
         raw = await self._acquire(
@@ -331,7 +359,7 @@ class RedisLimiter:
             args=[
                 repr(now), lease, repr(self.lease_ttl_s), est_tokens, limits.rpm or 0,
                 limits.tpm or 0, limits.max_concurrent or 0, limits.budget_tokens or 0,
-                repr(left or 0.0), repr(WINDOW_S),
+                repr(left or 0.0), repr(WINDOW_S), output_tokens,
             ],
         )
         code = int(raw[0])

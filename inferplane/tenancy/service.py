@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, NamedTuple
 
 import orjson
@@ -145,6 +146,10 @@ class _Collector(Collector):
             value=ledger.dropped if ledger else 0,
         )  # fmt: skip
         yield CounterMetricFamily(
+            "inferplane_usage_rejected", "Usage rows the database refused even cleaned (dropped)",
+            value=ledger.rejected if ledger else 0,
+        )  # fmt: skip
+        yield CounterMetricFamily(
             "inferplane_usage_flush_failures", "Failed ledger flushes (retried)",
             value=ledger.failures if ledger else 0,
         )  # fmt: skip
@@ -179,6 +184,7 @@ class Tenancy:
         seed: Sequence[tuple[str, Targets]] = (),
         announce: bool = False,
         ratelimit_headers: RateLimitHeaders = "on_429",
+        spill_path: Path | None = None,
     ) -> None:
         self.store = store
         self.seed = tuple(seed)  # the fleet file's routes: inserted when the table lacks them
@@ -193,7 +199,9 @@ class Tenancy:
         self.headers_on_success = ratelimit_headers == "always"
         self.admin_token = admin_token
         self.clock = clock
-        self.ledger = UsageLedger(store, ledger_flush_s) if store is not None else None
+        self.ledger = (
+            UsageLedger(store, ledger_flush_s, spill_path=spill_path) if store is not None else None
+        )
         self._add_usage = self.ledger.add if self.ledger is not None else None  # per request
         self.keys: dict[str, KeyPolicy] = {}
         self.keys_ever = 0  # keys created so far, revoked ones included
@@ -367,7 +375,7 @@ class Tenancy:
         return caller
 
     def admit_now(
-        self, authorization: bytes | None, model: str, est_tokens: int
+        self, authorization: bytes | None, model: str, est_tokens: int, output_tokens: int = 0
     ) -> Admission | Rejection:
         """The whole admission decision without awaiting: valid when `sync_limits` (limits in
         this process's memory). Kept flat on purpose: it runs on every request, and inside
@@ -385,7 +393,7 @@ class Tenancy:
         if limits is not None:
             # With `sync_limits` (in memory) every cached key holds its limiter state.
             state: KeyState = caller.state  # type: ignore[assignment]
-            refused = state.acquire(limits, est_tokens, now)
+            refused = state.acquire(limits, est_tokens, now, output_tokens)
             if refused is not None:
                 return self._limit_rejection(caller.key_id, limits, refused)
             if self.headers_on_success:
@@ -401,11 +409,13 @@ class Tenancy:
         return caller.admission
 
     async def admit(
-        self, authorization: bytes | None, model: str, est_tokens: int
+        self, authorization: bytes | None, model: str, est_tokens: int, output_tokens: int = 0
     ) -> Admission | Rejection:
-        """Admission for any limiter (Redis: one round trip)."""
+        """Admission for any limiter (Redis: one round trip). `est_tokens` is what the
+        request reserves: its prompt estimate plus `output_tokens`, the most it may generate
+        (n × max_tokens); `record` settles it with the engine's usage."""
         if self.sync_limits:
-            return self.admit_now(authorization, model, est_tokens)
+            return self.admit_now(authorization, model, est_tokens, output_tokens)
         now = self.clock()
         caller = self._identify(authorization, model, now)
         if not isinstance(caller, _Caller):
@@ -418,7 +428,9 @@ class Tenancy:
         self._lease_seq += 1
         lease = self._lease_prefix + str(self._lease_seq)  # unique across gateway replicas
         try:
-            out = await self.limiter.acquire(key_id, lease, limits, est_tokens, now)
+            out = await self.limiter.acquire(
+                key_id, lease, limits, est_tokens, now, output_tokens
+            )
         except Exception as exc:  # a limiter outage must not take the gateway down
             self.limiter_errors += 1
             log.warning("limiter unavailable, admitting without limits: %s", exc)
@@ -504,14 +516,15 @@ class Tenancy:
             return self._reject(
                 429, "budget",
                 f"API key {key_id} has used its token budget of {limits.budget_tokens} "
-                f"for this {limits.budget_period}.",
+                f"for this {limits.budget_period}, or this request's most output (n × "
+                "max_tokens) does not fit in what is left.",
                 "insufficient_quota", "insufficient_quota", headers,
             )  # fmt: skip
         if out.code == TOO_LARGE:
             return self._reject(
                 429, "too_large",
-                f"Request too large: its estimated tokens exceed the key's limit of "
-                f"{limits.tpm} tokens per minute.",
+                f"Request too large: its estimated prompt plus its most output (n × "
+                f"max_tokens) exceed the key's limit of {limits.tpm} tokens per minute.",
                 "tokens", "rate_limit_exceeded", headers,
             )  # fmt: skip
         return self._reject(

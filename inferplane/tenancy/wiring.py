@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 REDIS_URL_ENV = "INFERPLANE_REDIS_URL"
 DATABASE_URL_FILE_ENV = "INFERPLANE_DATABASE_URL_FILE"
 DEFAULT_ADMIN_TOKEN_ENV = "INFERPLANE_ADMIN_TOKEN"
+USAGE_SPILL_FILE = "usage-spill.jsonl"  # ledger rows kept through a database outage at stop
 
 
 def state_dir_database_url(state_dir: Path) -> str:
@@ -72,9 +73,11 @@ def build_tenancy(
     default_db: str | None = None,
     announce: bool = True,
     ratelimit_headers: RateLimitHeaders | None = None,
+    spill_path: Path | None = None,
 ) -> Tenancy:
     """Keys, limits, usage ledger and DB routes for a gateway serving `spec`;
-    `ratelimit_headers` overrides the fleet's `gateway.ratelimit_headers`."""
+    `ratelimit_headers` overrides the fleet's `gateway.ratelimit_headers`; usage rows a
+    down database refused at shutdown go to `spill_path` (default `.inferplane/`)."""
     gw = spec.gateway if spec is not None else None
     per_key = spec.limits.per_key if spec is not None else None
     redis_url = os.environ.get(REDIS_URL_ENV) or (gw.redis_url if gw else None)
@@ -92,4 +95,5 @@ def build_tenancy(
         ],
         announce=announce,
         ratelimit_headers=ratelimit_headers or (gw.ratelimit_headers if gw else "on_429"),
+        spill_path=spill_path or Path(".inferplane") / USAGE_SPILL_FILE,
     )

@@ -175,6 +175,10 @@
       const key = document.getElementById("pg-key").value.trim();
       const headers = { "content-type": "application/json" };
       if (key) headers.authorization = "Bearer " + key;
+      // The gateway names the replica only to the console (its page holds this token).
+      if (form.dataset.replicaToken) {
+        headers["x-inferplane-replica-token"] = form.dataset.replicaToken;
+      }
       out.textContent = "";
       out.dataset.done = "false";
       const t0 = performance.now();
