@@ -188,8 +188,8 @@ async def giant_model_names(gateway: GatewayFactory, rows: list[Row]) -> None:
 
 
 async def response_takeover(gateway: GatewayFactory, rows: list[Row]) -> None:
-    from inferplane.engines.sim.config import SimEngineConfig
-    from inferplane.engines.sim.host import start_engines, stop_engines
+    from inferplane.sim.config import SimEngineConfig
+    from inferplane.sim.host import start_engines, stop_engines
     from inferplane.tenancy.keys import create_key
 
     os.environ["VLLM_ENABLE_RESPONSES_API_STORE"] = "1"
