@@ -180,7 +180,7 @@ def models_fragment(view: dict[str, Any], actions: bool) -> str:
                 f'<td>{"-" if r.get("restarts") is None else r["restarts"]}</td>'
                 f'<td>{"yes" if r["routable"] else "no"}</td><td>{r["in_flight"]}</td>'
                 f'<td>{e(r.get("pid") or "-")}</td>'
-                f'<td>{e(",".join(str(g) for g in r.get("gpus") or []) or "-")}</td>'
+                f'<td>{e(r.get("gpus_label") or "-")}</td>'
                 f"<td>{buttons}</td></tr>"
             )
         out.append("</tbody></table></section>")

@@ -108,6 +108,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def stop_starting(pid: int, timeout_s: float) -> bool:
+    """Ctrl-C while a detached `up` starts: SIGTERM it (the runtime drains and stops what
+    it started) and wait until it has exited. False when it is still there at the end."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout_s
+    while not _exited(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def stop_fleet(
     state: StateDir, timeout_s: float, force: bool = False, progress: Progress | None = None
 ) -> int:

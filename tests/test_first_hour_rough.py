@@ -1,0 +1,83 @@
+"""Rough edges of the first hour (issue 28): what the CLI prints for capacity at 80
+columns, `down` of a stopped fleet, `status` of a stopped fleet, `estimate` with an
+invalid TP, and a fleet whose `source` is missing or a Hugging Face id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.cells import cell_len
+from typer.testing import CliRunner
+
+from inferplane.cli.main import _register_commands, app
+from inferplane.errors import InferplaneError
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "inferplane" / "bench" / "examples"
+MODELS = REPO / "tests" / "data" / "models"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    _register_commands()
+    return CliRunner()
+
+
+def test_capacity_fits_80_columns_and_keeps_the_answer(runner: CliRunner) -> None:
+    result = runner.invoke(app, [
+        "capacity", str(EXAMPLES / "s2-rag-7b.yaml"), "--traffic",
+        str(EXAMPLES / "s2-traffic.yaml"), "--gpus", "H100", "--requests", "60",
+    ])  # a pipe: 80 columns (before: a 124-column table, or `H10…` in a terminal)
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and max(cell_len(line) for line in table) <= 80, "\n".join(table)
+    assert "H100-SXM-80GB" in result.stdout and "$/h" in result.stdout
+
+
+def test_down_of_a_stopped_fleet_is_success(runner: CliRunner, tmp_path: Path) -> None:
+    for state in (tmp_path / "never-created", tmp_path):
+        result = runner.invoke(app, ["down", "--state-dir", str(state)])
+        assert result.exit_code == 0, result.output
+        assert "already stopped" in result.output
+
+
+def test_status_of_a_stopped_fleet_offers_no_url(runner: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "state.json").write_text(json.dumps({
+        "pid": 999999999, "phase": "running", "started_at": 1.0,
+        "gateway": {"url": "http://127.0.0.1:18123", "in_flight": 0, "console": True},
+        "instances": [{"name": "m-0", "model": "m", "state": "ready", "pid": 999999999,
+                       "port": 18124, "url": "http://127.0.0.1:18124", "gpus": [],
+                       "restarts": 0}],
+        "endpoint_models": [], "tenancy": None,
+    }))
+    result = runner.invoke(app, ["status", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "fleet (stopped)" in result.output
+    assert "gateway: not running" in result.output
+    assert "/ui" not in result.output and "console:" not in result.output
+
+
+def test_estimate_with_an_invalid_tp_prints_only_the_error(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["estimate", str(MODELS / "Qwen--Qwen3-8B"), "--gpu", "H100",
+                                 "-tp", "3"])
+    assert result.exit_code == 2
+    assert "tensor_parallel_size 3 does not divide" in result.output
+    assert "KV cache tokens" not in result.output and "max concurrency" not in result.output
+
+
+@pytest.mark.parametrize("source", ["Qwen/Qwen3-8B", "./no-such-model"])
+def test_a_missing_source_names_the_model_and_the_field(
+    runner: CliRunner, tmp_path: Path, source: str
+) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("gpus: {nodes: [{name: n, gpu_type: H100, count: 1}]}\n"
+                     f"models:\n  - {{name: chat, source: {source}}}\n")
+    result = runner.invoke(app, ["plan", str(fleet), "--time-limit-s", "0"])
+    assert isinstance(result.exception, InferplaneError)  # main() turns it into exit 2
+    text = result.exception.render()  # before: "PATH: model path does not exist"
+    assert "models.chat.source" in text and source.removeprefix("./") in text
+    if not source.startswith("."):
+        assert "not a local directory" in text
+        assert f"huggingface-cli download {source} config.json" in text
