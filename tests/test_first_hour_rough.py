@@ -81,3 +81,70 @@ def test_a_missing_source_names_the_model_and_the_field(
     if not source.startswith("."):
         assert "not a local directory" in text
         assert f"huggingface-cli download {source} config.json" in text
+
+
+def test_ctrl_c_during_up_detach_stops_the_starting_fleet(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    import psutil
+
+    from inferplane.runtime import control
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    monkeypatch.setattr(control, "spawn_detached", lambda argv, state, env=None: child.pid)
+
+    def interrupted(*args: object, **kwargs: object) -> dict[str, object]:
+        raise KeyboardInterrupt  # Ctrl-C while the detached fleet is still starting
+
+    monkeypatch.setattr(control, "wait_detached_ready", interrupted)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text('models:\n  - name: m\n    endpoints: ["http://127.0.0.1:9"]\n')
+    result = runner.invoke(app, ["up", str(fleet), "--detach", "--state-dir",
+                                 str(tmp_path / "state"), "--gateway-port", "0"])
+    try:
+        assert result.exit_code == 130, result.output
+        assert "interrupted: stopping the fleet starting in the background" in result.output
+        assert "fleet stopped" in result.output
+        assert not psutil.pid_exists(child.pid)  # before: it went on starting, unsaid
+    finally:
+        if psutil.pid_exists(child.pid):
+            child.kill()
+
+
+def test_multi_node_fleets_keep_the_node(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from inferplane.cli.plan import print_plan
+    from inferplane.cli.up import print_status
+    from inferplane.planner.build import plan_fleet
+    from inferplane.runtime.labels import gpus_label
+    from inferplane.spec.loader import parse_fleet
+
+    plan = plan_fleet(parse_fleet(
+        "engine: sim\n"
+        "gpus: {nodes: [{name: node-a, gpu_type: H100, count: 8}, "
+        "{name: node-b, gpu_type: H100, count: 8}]}\n"
+        f"models:\n  - {{name: llama-3.1-70b, source: "
+        f"{MODELS / 'meta-llama--Llama-3.1-70B-Instruct'}, tensor_parallel_size: 8, "
+        "replicas: 2, max_model_len: 4096}\n",
+        filename=str(tmp_path / "f.yaml")), time_limit_s=0)
+    out = io.StringIO()
+    print_plan(plan, Console(file=out, width=80, color_system=None))
+    rows = [line for line in out.getvalue().splitlines() if line.startswith("│ llama")]
+    assert {("node-a" in r, "node-b" in r) for r in rows[-2:]} == {(True, False), (False, True)}
+
+    instances = [{"name": f"m-{i}", "model": "m", "state": "ready", "pid": 1, "port": 1,
+                  "restarts": 0, "gpus": [4, 5, 6, 7], "node": n}
+                 for i, n in enumerate(("node-a", "node-b"))]
+    assert [gpus_label(i, instances) for i in instances] == ["node-a:4,5,6,7",
+                                                             "node-b:4,5,6,7"]
+    assert gpus_label(instances[0], instances[:1]) == "4,5,6,7"  # one node: as before
+    out = io.StringIO()
+    print_status({"phase": "running", "gateway": {"url": "http://127.0.0.1:1"},
+                  "instances": instances}, Console(file=out, width=80, color_system=None))
+    assert "node-b:4,5,6,7" in out.getvalue()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from inferplane.spec import FleetSpec
 
 console = Console()
+KEEP_TOKEN_ENV = "INFERPLANE_KEEP_ADMIN_TOKEN"  # set for the detached child only
 STOP_INTERRUPTED_S = 60.0  # Ctrl-C during `up --detach`: how long the stop may take
 
 
@@ -141,6 +142,8 @@ def _console_token(spec: FleetSpec, state_path: Path, tenancy: bool) -> str | No
     """A console admin token for this run when none is set (inferplane.runtime.admin_token)."""
     from inferplane.runtime import admin_token
 
+    if os.environ.get(KEEP_TOKEN_ENV):  # a detached child: its parent made and printed it
+        return None
     if spec.gateway.console and tenancy and not os.environ.get(spec.gateway.admin_token_env):
         return admin_token.generate(state_path)
     admin_token.forget(state_path)
@@ -290,7 +293,8 @@ def up(
         if not web_console:
             argv.append("--no-console")
         offset = control.log_size(state)
-        pid = control.spawn_detached(argv, state)
+        # the child keeps the token printed here (and never writes it to up.log)
+        pid = control.spawn_detached(argv, state, {KEEP_TOKEN_ENV: "1"} if token else None)
         progress = FleetProgress(console)
         try:
             status = control.wait_detached_ready(

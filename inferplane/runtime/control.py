@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,13 +31,17 @@ def log_size(state: StateDir) -> int:
         return 0
 
 
-def spawn_detached(argv: Sequence[str], state: StateDir) -> int:
-    """Start `argv` (a foreground `inferplane up`) in its own session, output to up.log."""
+def spawn_detached(
+    argv: Sequence[str], state: StateDir, env: Mapping[str, str] | None = None
+) -> int:
+    """Start `argv` (a foreground `inferplane up`) in its own session, output to up.log;
+    `env`: added to this process's environment."""
     state.path.mkdir(parents=True, exist_ok=True)
     with open(state.up_log, "ab") as log:
         proc = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
+            env={**os.environ, **env} if env else None,
         )
     return proc.pid
 
