@@ -148,3 +148,39 @@ def test_multi_node_fleets_keep_the_node(tmp_path: Path) -> None:
     print_status({"phase": "running", "gateway": {"url": "http://127.0.0.1:1"},
                   "instances": instances}, Console(file=out, width=80, color_system=None))
     assert "node-b:4,5,6,7" in out.getvalue()
+
+
+def test_warnings_print_names_without_highlighting() -> None:
+    import io
+
+    from rich.console import Console
+
+    from inferplane.cli.plan import print_plan
+    from inferplane.planner.build import plan_fleet
+    from inferplane.spec import load_fleet
+
+    plan = plan_fleet(load_fleet(REPO / "examples" / "demo-sim.yaml"), time_limit_s=0)
+    plan.warnings.append("qwen3-embedding-0.6b-0: P09 something about 0.9")
+    out = io.StringIO()  # a terminal with colour, and Rich's highlighter on by default
+    print_plan(plan, Console(file=out, force_terminal=True, color_system="standard",
+                             width=200))
+    line = next(x for x in out.getvalue().splitlines() if "P09 something" in x)
+    assert "qwen3-embedding-0.6b-0: P09 something about 0.9" in line, repr(line)
+
+
+def test_help_is_reflowed_one_entry_per_command_and_flags_untyped() -> None:
+    import os
+
+    from inferplane.cli.help_text import first_sentence, reflow
+
+    assert reflow("A wrapped\n    sentence.\n\n    Next.") == "A wrapped sentence.\n\nNext."
+    assert first_sentence("Do X (P33). Then Y.") == "Do X (P33)."
+    _register_commands()
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
+    listing = CliRunner().invoke(app, ["--help"], env=env).output
+    lines = listing.splitlines()
+    lint = next(i for i, line in enumerate(lines) if "│ lint " in line)
+    assert lines[lint + 1].startswith("│ doctor ")  # one line (before: 9)
+    assert "<bool>" not in listing
+    estimate = CliRunner().invoke(app, ["estimate", "--help"], env=env).output
+    assert "<bool>" not in estimate and "<int>" in estimate  # valued options keep theirs

@@ -122,7 +122,8 @@ def print_plan(plan: Plan, console: Console) -> None:
         + (" (optimal)" if t.solver_optimal else "")
     )
     for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        # no highlighter: it colours digits inside names (qwen3-embedding-0.6b)
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
 
 
 def _memory_on(inst: PlanInstance, gpu: PlanGpu) -> tuple[PlanInstance, InstanceMemory]:

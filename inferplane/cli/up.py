@@ -22,7 +22,7 @@ from inferplane.runtime.defaults import DEFAULT_GRACE_PERIOD_S
 if TYPE_CHECKING:
     from inferplane.spec import FleetSpec
 
-console = Console()
+console = Console(highlight=False)  # Rich's highlighter colours digits inside names
 KEEP_TOKEN_ENV = "INFERPLANE_KEEP_ADMIN_TOKEN"  # set for the detached child only
 STOP_INTERRUPTED_S = 60.0  # Ctrl-C during `up --detach`: how long the stop may take
 
