@@ -184,3 +184,21 @@ def test_help_is_reflowed_one_entry_per_command_and_flags_untyped() -> None:
     assert "<bool>" not in listing
     estimate = CliRunner().invoke(app, ["estimate", "--help"], env=env).output
     assert "<bool>" not in estimate and "<int>" in estimate  # valued options keep theirs
+
+
+def test_gpu_names_ambiguous_nearest_and_a800() -> None:
+    from pydantic_core import PydanticCustomError
+
+    from inferplane.gpus import lookup_gpu
+    from inferplane.spec.gpu_names import canonical_gpu_type
+
+    with pytest.raises(InferplaneError) as err:  # before: silently the SXM card
+        lookup_gpu("H100-80GB")
+    assert "H100-SXM-80GB or H100-PCIE-80GB" in err.value.render()
+    with pytest.raises(PydanticCustomError) as bad:  # the fleet file: the nearest names
+        canonical_gpu_type("H100-80G")
+    fix = str((bad.value.context or {})["fix"])
+    assert "did you mean H100-SXM-80GB or H100-PCIE-80GB" in fix and "e.g. L40S" not in fix
+    assert lookup_gpu("NVIDIA A800-SXM4-80GB").name == "A800-SXM-80GB"
+    assert (lookup_gpu("A800").interconnect_bandwidth_gbps
+            < lookup_gpu("A100").interconnect_bandwidth_gbps)
