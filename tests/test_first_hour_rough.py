@@ -202,3 +202,32 @@ def test_gpu_names_ambiguous_nearest_and_a800() -> None:
     assert lookup_gpu("NVIDIA A800-SXM4-80GB").name == "A800-SXM-80GB"
     assert (lookup_gpu("A800").interconnect_bandwidth_gbps
             < lookup_gpu("A100").interconnect_bandwidth_gbps)
+
+
+def test_small_words(runner: CliRunner, tmp_path: Path) -> None:
+    from inferplane.spec.loader import parse_fleet
+    from inferplane.spec.problems import FleetValidationError
+
+    with pytest.raises(FleetValidationError) as bad:
+        parse_fleet('models:\n  - name: m\n    endpoints: ["http://127.0.0.1:9"]\n'
+                    "    max_model_len: 8k\n", filename="f.yaml")
+    assert "8192" in str(bad.value) and "e.g. 2" not in str(bad.value)
+    with pytest.raises(FleetValidationError) as mixed:
+        parse_fleet(
+            'models:\n  - {name: chat, endpoints: ["http://127.0.0.1:9"]}\n'
+            '  - {name: emb, task: embed, endpoints: ["http://127.0.0.1:8"]}\n'
+            "routes:\n  - {model: chat, backends: [{target: emb, weight: 1}]}\n",
+            filename="f.yaml")
+    assert "is an embed model" in str(mixed.value) and "a embed" not in str(mixed.value)
+
+    state = tmp_path / "state"
+    (state / "logs").mkdir(parents=True)
+    names = ["llama-3.1-70b-0", "llama-3.1-70b-1", "qwen3-8b-0"]
+    for name in names:
+        (state / "logs" / f"{name}.log").write_text("x\n")
+    (state / "state.json").write_text(json.dumps(
+        {"instances": [{"name": n} for n in names]}))
+    result = runner.invoke(app, ["logs", "llama-70b-0", "--state-dir", str(state)])
+    assert isinstance(result.exception, InferplaneError)
+    assert "did you mean llama-3.1-70b-0?" in result.exception.render()
+    assert "qwen3-8b-0" not in result.exception.render()  # before: every instance listed
