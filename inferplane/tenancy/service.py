@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from inferplane.aio import cancel_and_wait
 from inferplane.gateway.config import WeightedRoute, WeightedTarget
 from inferplane.gateway.redact import redact_url
+from inferplane.gateway.refusals import key_message
 from inferplane.gateway.state import GatewayState, WeightedChooser
 from inferplane.store import Store
 from inferplane.tenancy.keys import KeyPolicy, active_policies, key_count
@@ -457,11 +458,8 @@ class Tenancy:
         if caller is None:
             if not self.auth_required:
                 return ANONYMOUS
-            if authorization:
-                msg = "Incorrect API key provided. Create one with `inferplane keys create`."
-            else:
-                msg = "You didn't provide an API key. Send 'Authorization: Bearer KEY'."
-            return self._reject(401, "auth", msg, "invalid_request_error", "invalid_api_key")
+            return self._reject(401, "auth", key_message(authorization),
+                                "invalid_request_error", "invalid_api_key")
         policy = caller.policy
         if policy.expires_at is not None and policy.expires_at <= now:
             return self._reject(
