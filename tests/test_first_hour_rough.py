@@ -86,6 +86,7 @@ def test_a_missing_source_names_the_model_and_the_field(
 def test_ctrl_c_during_up_detach_stops_the_starting_fleet(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import signal
     import subprocess
     import sys
 
@@ -96,15 +97,22 @@ def test_ctrl_c_during_up_detach_stops_the_starting_fleet(
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     monkeypatch.setattr(control, "spawn_detached", lambda argv, state, env=None: child.pid)
 
+    handlers = []
+
     def interrupted(*args: object, **kwargs: object) -> dict[str, object]:
+        handlers.append(signal.getsignal(signal.SIGINT))
         raise KeyboardInterrupt  # Ctrl-C while the detached fleet is still starting
 
     monkeypatch.setattr(control, "wait_detached_ready", interrupted)
+    # what the planner's CP-SAT solve leaves behind: Ctrl-C would kill `up` outright
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text('models:\n  - name: m\n    endpoints: ["http://127.0.0.1:9"]\n')
     result = runner.invoke(app, ["up", str(fleet), "--detach", "--state-dir",
                                  str(tmp_path / "state"), "--gateway-port", "0"])
+    signal.signal(signal.SIGINT, previous)
     try:
+        assert handlers == [signal.default_int_handler]  # a KeyboardInterrupt, not death
         assert result.exit_code == 130, result.output
         assert "interrupted: stopping the fleet starting in the background" in result.output
         assert "fleet stopped" in result.output

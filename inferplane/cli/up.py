@@ -267,6 +267,11 @@ def up(
         )
     token = _console_token(spec, state.path, tenancy)
     if detach:
+        import signal
+
+        # Ctrl-C raises KeyboardInterrupt again (below): the planner's CP-SAT solve leaves
+        # SIGINT at the default action, which killed this process and left the child going
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         argv = [
             *control.python_argv(), "up", str(fleet.resolve()), "--state-dir", str(state.path),
             "--grace-period-s", str(grace_period_s),
