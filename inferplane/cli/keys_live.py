@@ -40,7 +40,7 @@ def refuse(live: dict[str, Any]) -> InferplaneError:
     return InferplaneError(
         f"this is the first API key of the fleet serving {gateway} (gateway.auth: auto): "
         "creating it turns auth ON there within 2 s, and every client without a key then "
-        "gets 401", field="--enable-auth", value=False,
+        "gets 401", field="--enable-auth",
         fix="pass --enable-auth to create it and turn auth on, or set gateway.auth: off "
         "(keys then only carry limits and usage)",
     )
