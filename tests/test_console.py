@@ -19,7 +19,7 @@ from aiohttp import web
 from console_fleet import console_fleet
 from test_gateway_fakes import Harness, harness, http  # noqa: F401
 
-from inferplane.console import ConsoleApp, attach
+from inferplane.console import ConsoleApp, attach, pages
 from inferplane.console import series as S
 from inferplane.console.app import STATIC
 from inferplane.console.auth import COOKIE
@@ -504,3 +504,23 @@ def test_weighted_route_config_is_what_the_models_view_reads() -> None:
     view = models_view(build_app(config), None)
     assert [m["name"] for m in view["models"]] == ["a", "b"]
     assert view["routes"][0]["targets"][0] == {"model": "a", "weight": 3.0, "share": 0.75}
+
+
+# ---- polish (issue 28, item 21) ---------------------------------------------------------
+
+
+async def test_console_polish(console: tuple[GatewayApp, FakeSource]) -> None:
+    app, _ = console
+    async with _client(app) as client:
+        fleet = (await client.get("/ui/fleet")).text
+        models = (await client.get("/ui/models")).text
+        missing = await client.get("/ui/nope")
+    assert 'rel="icon"' in fleet  # a favicon
+    # co-located instances: each its own shade of the bar colours, a swatch by its name
+    assert "seg weights tone0" in fleet and "seg weights tone1" in fleet
+    assert 'class="swatch tone1"' in fleet
+    assert 'hx-swap="innerHTML show:#logs:top"' in models  # the logs panel comes into view
+    assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+    assert "No such page" in missing.text and 'href="/ui/fleet"' in missing.text
+    js = (Path(pages.__file__).parent / "static" / "console.js").read_text()
+    assert "pre.scrollTop = pre.scrollHeight" in js  # logs open at the newest line

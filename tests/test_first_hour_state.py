@@ -99,7 +99,7 @@ def test_status_logs_keys_usage_down_from_another_directory(isolated: Path) -> N
         gateway_log = _cli("logs", "gateway", cwd=there)
         assert gateway_log.returncode == 0, gateway_log.stderr
         assert "gateway on http://127.0.0.1:" in gateway_log.stdout
-        created = _cli("keys", "create", "team-a", "--json", cwd=there)
+        created = _cli("keys", "create", "team-a", "--json", "--enable-auth", cwd=there)
         assert created.returncode == 0, created.stderr
         key_id = json.loads(created.stdout)["id"]
         direct = _cli("keys", "list", "--json", "--db", f"sqlite:///{state / 'inferplane.db'}",

@@ -112,8 +112,41 @@ def test_unknown_model_is_a_404_in_openai_shape(setup: tuple[FakeEngine, Gateway
     r = http.post(url + "/v1/chat/completions", json={**CHAT, "model": "gpt-4"})
     assert r.status_code == 404
     error = r.json()["error"]
-    assert error["code"] == 404 and error["type"] == "NotFoundError" and "gpt-4" in error["message"]
+    assert error["code"] == "model_not_found" and "gpt-4" in error["message"]
     assert len(engine.requests) == before  # never a fallback (P36)
+    # one shape for an unknown model (before: `"code": 404` here, a string on /v1/models)
+    assert http.get(url + "/v1/models/gpt-4").json()["error"] == error
+
+
+def test_a_browser_at_the_root_goes_to_the_console(
+    setup: tuple[FakeEngine, GatewayApp, str],
+) -> None:
+    from inferplane.console import attach
+
+    _, app, url = setup
+    html = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    assert http.get(url + "/", headers=html).status_code == 404  # no console: JSON 404
+    attach(app, None, "INFERPLANE_ADMIN_TOKEN")
+    r = http.get(url + "/", headers=html, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui"
+    api = http.get(url + "/", headers={"accept": "application/json"})
+    assert api.status_code == 404 and api.json()["error"]["code"] == 404  # clients keep JSON
+
+
+def test_a_missing_key_reads_the_same_on_chat_and_models(harness: Harness) -> None:  # noqa: F811
+    from inferplane.gateway.app import build_app
+    from inferplane.tenancy.service import Tenancy
+
+    engine = harness.engine("m")
+    app = build_app(GatewayConfig(models=(ModelRoute("m", endpoints=(engine.url,)),),
+                                  access_log=False), Tenancy(None, auth="on"))
+    url = harness.serve(app)
+    for headers in ({}, {"authorization": "Bearer wrong"}):
+        chat = http.post(url + "/v1/chat/completions", json={**CHAT, "model": "m"},
+                         headers=headers)
+        models = http.get(url + "/v1/models", headers=headers)
+        assert chat.status_code == models.status_code == 401
+        assert chat.json() == models.json()  # before: two wordings of a missing key
 
 
 def test_models_lists_names_aliases_and_routes(setup: tuple[FakeEngine, GatewayApp, str]) -> None:

@@ -182,7 +182,8 @@ def test_responses_for_an_unknown_model(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
         client.responses.create(model="nope", input="x")
     assert isinstance(caught.value.body, dict)
-    assert caught.value.body["message"] == "The model `nope` does not exist."
+    assert caught.value.body["code"] == "model_not_found"  # as models.retrieve says it
+    assert "The model `nope` does not exist" in caught.value.body["message"]
 
 
 def test_embeddings_completions_chat(client: openai.OpenAI) -> None:

@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from inferplane.bench.cost import ApiPrice, GpuPrice, cost_report
@@ -399,6 +400,10 @@ def plan_capacity(
                 "not a model of the fleet that runs on its GPUs", field=f"traffic.models.{name}",
                 value=name, fix=f"use one of {[m.name for m in fleet.placed_models]}",
             )
+        if (profiles or {}).get(name) is None and not Path(model.source).exists():
+            from inferplane.spec.sources import missing_source_error
+
+            raise missing_source_error(name, model.source)
         profile = (profiles or {}).get(name) or load_profile(model.source)
         unfit: list[str] = []
         levels = sorted({*seq_levels, *([model.max_num_seqs] if model.max_num_seqs else [])})

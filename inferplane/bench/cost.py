@@ -171,7 +171,8 @@ def cost_report(
 
 def describe(report: dict[str, Any]) -> list[str]:
     """The cost lines a table prints."""
-    lines = [f"fleet ${report['usd_per_hour']:.2f}/h = ${report['usd_per_day']:.0f}/day"]
+    lines = [f"fleet ${report['usd_per_hour']:.2f}/h = ${report['usd_per_day']:.0f}/day"
+             + (f" ({report['gpus_counted']})" if report.get("gpus_counted") else "")]
     if report.get("usd_per_m_output_tokens") is not None:
         lines.append(f"${report['usd_per_m_output_tokens']:.3f} per 1M output tokens, "
                      f"${report['usd_per_m_total_tokens']:.3f} per 1M total tokens")

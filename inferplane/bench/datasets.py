@@ -274,6 +274,18 @@ def trace_dataset(
     return Dataset(requests, approximate_counts=tokenizer is None)
 
 
+WARMUP_LEVEL = -1  # level_seed() of the warmup prompts: never one a counted run uses
+
+
+def level_seed(seed: int, level: int) -> int:
+    """The dataset seed of one run: `seed` for a single run (level 0), another per sweep
+    level and for the warmup, so no run re-sends another's prompts (a prefix-caching
+    server would answer them from its cache and TTFT would fall with concurrency)."""
+    # not seed + k * level: random.Random(-n) is random.Random(n), so the warmup (-1)
+    # would replay level 1
+    return seed if level == 0 else (seed << 32) | (level & 0xFFFFFFFF)
+
+
 def assign_models(
     requests: list[BenchRequest], mix: Sequence[tuple[str, float]], seed: int = 0
 ) -> list[BenchRequest]:

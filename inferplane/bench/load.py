@@ -107,10 +107,13 @@ async def run_load(
     headers: dict[str, str] | None = None,
     on_done: Callable[[RequestResult], None] | None = None,
     warmup: int = 0,
+    warmup_requests: Sequence[BenchRequest] | None = None,
 ) -> RunResult:
     """Send `requests` to `base_url` with `load`; every request's timing, summarized.
-    `warmup`: copies of the first requests sent one by one first, not counted (connection
-    set-up and the server's first-request costs; `vllm bench serve` sends a test prompt)."""
+    `warmup`: requests sent one by one first, not counted (connection set-up and the
+    server's first-request costs; `vllm bench serve` sends a test prompt): the first of
+    `warmup_requests` when given - prompts of their own, so the counted requests do not
+    find theirs in the prefix cache - else copies of the first requests."""
     import aiohttp
 
     load.check()
@@ -133,7 +136,7 @@ async def run_load(
             on_done(result)
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        for request in list(requests)[:warmup]:
+        for request in list(warmup_requests or requests)[:warmup]:
             await send(session, base_url, request, request.model or model, api=api,
                        headers=headers)
         started_at = time.time()
@@ -212,9 +215,12 @@ async def sweep(
     headers: dict[str, str] | None = None,
     on_level: Callable[[SweepRow], None] | None = None,
     warmup: int = 0,
+    warmup_requests: Sequence[BenchRequest] | None = None,
 ) -> Sweep:
     """Closed-loop runs at each concurrency until throughput stops growing (two levels in
-    a row adding < 10% each), requests fail, or the levels run out."""
+    a row adding < 10% each), requests fail, or the levels run out. `make_requests(level)`
+    should give each level prompts of its own: a level re-sending an earlier level's
+    prompts is served from the prefix cache, and its TTFT falls as concurrency rises."""
     rows: list[SweepRow] = []
     stopped = "levels exhausted"
     flat = 0
@@ -222,7 +228,7 @@ async def sweep(
         run = await run_load(
             base_url, make_requests(level), LoadSpec("concurrency", concurrency=level),
             model=model, api=api, slo=slo, max_duration_s=max_duration_s, headers=headers,
-            warmup=warmup if not rows else 0,
+            warmup=warmup if not rows else 0, warmup_requests=warmup_requests,
         )
         row = SweepRow(level, run)
         rows.append(row)

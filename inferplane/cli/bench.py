@@ -122,23 +122,19 @@ def _fleet_tokenizer(target: str, model: str | None) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def _fleet_usd_per_hour(plan: Any, gpu_hour_usd: float | None, prices: str | None) -> float | None:
-    if gpu_hour_usd is not None:
-        return gpu_hour_usd
-    if plan is None:
-        return None
+def _target_cost(plan: Any, models: list[str], gpu_hour_usd: float | None,
+                 gpus: int | None, prices: str | None) -> Any:
     from inferplane.bench.cost import load_prices, parse_price_overrides
+    from inferplane.bench.gpu_cost import target_cost
 
-    table = load_prices(None, parse_price_overrides(prices))
-    cards = {(inst.node, index, inst.gpu_type)
-             for inst in plan.instances for index in inst.gpu_indices}  # whole cards paid
-    total = 0.0
-    for _node, _index, gpu_type in cards:
-        price = table.get(gpu_type)
-        if price is None:
-            return None
-        total += price.usd_per_gpu_hour
-    return total
+    if gpus is not None and gpus < 1:
+        raise InferplaneError("must be >= 1", field="--gpus", value=gpus,
+                              fix="the number of GPUs behind the target, e.g. --gpus 8")
+    if gpus is not None and plan is not None:
+        raise InferplaneError("a fleet file's plan already says which GPUs serve the model",
+                              field="--gpus", value=gpus, fix="leave --gpus out for a fleet file")
+    return target_cost(plan, models, gpu_hour_usd, gpus,
+                       load_prices(None, parse_price_overrides(prices)))
 
 
 @app.command()
@@ -174,8 +170,10 @@ def bench(
                                    "ttft_ms=500,tpot_ms=50."),
     max_duration_s: float = typer.Option(600.0, "--max-duration-s",
                                          help="Cap on each run's wall time."),
-    gpu_hour_usd: float | None = typer.Option(None, "--gpu-hour-usd", help="The target's "
-                                              "cost per hour, USD (fleet files: from prices)."),
+    gpu_hour_usd: float | None = typer.Option(None, "--gpu-hour-usd", help="Price of one GPU "
+                                              "per hour, USD (fleet files: prices.yaml)."),
+    gpus: int | None = typer.Option(None, "--gpus", help="URL targets: the GPUs behind the "
+                                    "model, charged at --gpu-hour-usd each (default 1)."),
     price: str | None = typer.Option(None, "--price", help="Price overrides, H100=2.1,..."),
     api_price: str | None = typer.Option(None, "--api-price",
                                          help="API price per 1M tokens: 0.6 or in=..,out=.."),
@@ -188,7 +186,7 @@ def bench(
     """Load-test TARGET: TTFT, TPOT, ITL, E2EL (p50/p90/p99), throughputs and goodput as
     `vllm bench serve` defines them, with the server's /metrics before and after."""
     from inferplane.bench.cost import cost_report, parse_api_price
-    from inferplane.bench.datasets import assign_models
+    from inferplane.bench.datasets import assign_models, level_seed
     from inferplane.bench.load import LoadSpec
     from inferplane.bench.metrics import parse_slo
     from inferplane.bench.results import write_results
@@ -211,9 +209,10 @@ def bench(
     if tokenizer is None:
         tokenizer = _fleet_tokenizer(target, model)
 
-    def make(n: int) -> list[BenchRequest]:
+    def make(n: int, level: int = 0) -> list[BenchRequest]:
         data = _dataset(dataset, n, input_len, output_len, range_ratio, dataset_path,
-                        prefix_len, num_prefixes, tokenizer, time_scale, seed)
+                        prefix_len, num_prefixes, tokenizer, time_scale,
+                        level_seed(seed, level))
         return assign_models(data.requests, _mix(mix), seed)
 
     approximate = _dataset(dataset, 1, input_len, output_len, range_ratio, dataset_path,
@@ -231,7 +230,8 @@ def bench(
             url, engine_urls, make, load, levels, num_requests, chosen, api, targets,
             max_duration_s, warmup, show_progress=not as_json,
         ))
-    usd = _fleet_usd_per_hour(plan, gpu_hour_usd, price)
+    mixed = [name for name, _ in _mix(mix)]
+    paid = _target_cost(plan, mixed or [chosen], gpu_hour_usd, gpus, price)
     summary = run.summary if run is not None else None
     document: dict[str, Any] = {
         "target": target, "model": chosen, "api": api, "dataset": dataset,
@@ -253,13 +253,18 @@ def bench(
             }
     if swept is not None:
         document["sweep"] = {**swept.as_dict(), "server": server}
-    if usd is not None and summary is not None:
-        document["cost"] = cost_report(usd, summary.total_input_tokens / summary.duration_s,
-                                       summary.output_throughput, api_cost)
-    elif usd is not None and swept is not None and swept.rows:
-        best = max(swept.rows, key=lambda r: r.run.summary.output_throughput).run.summary
-        document["cost"] = cost_report(usd, best.total_input_tokens / best.duration_s,
-                                       best.output_throughput, api_cost)
+    warning = _cache_warning(dataset, server)
+    if warning:
+        document["warnings"] = [warning]
+        typer.echo(f"warning: {warning}", err=True)
+    measured = summary if summary is not None else (
+        max((r.run.summary for r in swept.rows), key=lambda m: m.output_throughput)
+        if swept is not None and swept.rows else None)  # a sweep: its best level
+    if paid is not None and measured is not None:
+        document["cost"] = cost_report(
+            paid.usd_per_hour, measured.total_input_tokens / measured.duration_s,
+            measured.output_throughput, api_cost)
+        document["cost"].update(gpus=paid.gpus, gpus_counted=paid.counted)
     if out is not None:
         write_results(out, document, run, swept)
         _plots(out, run, swept)
@@ -267,6 +272,33 @@ def bench(
         typer.echo(json.dumps(document, indent=2))
         return
     _print(document, run, swept)
+
+
+CACHE_WARN_RATE = 0.05  # random prompts share no prefix: a higher hit rate means reuse
+
+
+def _cache_warning(dataset: str, server: dict[str, Any]) -> str | None:
+    """A `random` run the server answered from its prefix cache measures the cache, not
+    the prefill: say so rather than print a TTFT that is too good."""
+    rate = server.get("prefix_cache_hit_rate")
+    if dataset != "random" or rate is None or rate <= CACHE_WARN_RATE:
+        return None
+    return (f"the server's prefix-cache hit rate was {rate:.1%} on random prompts (expected "
+            f"~0): other traffic or re-sent prompts were served from the cache, so TTFT is "
+            "lower than a cold prefill; bench an idle target, or pass another --seed")
+
+
+def _server_line(server: dict[str, Any], scope: str) -> str | None:
+    if not server.get("scraped"):
+        return None
+    parts = []
+    if "prefix_cache_hit_rate" in server:
+        parts.append(f"prefix-cache hit rate {server['prefix_cache_hit_rate']:.1%}")
+    if "preemptions" in server:
+        parts.append(f"preemptions {server['preemptions']:.0f}")
+    if "mean_queue_time_ms" in server:
+        parts.append(f"mean queue time {server['mean_queue_time_ms']:.1f} ms")
+    return f"server (/metrics delta{scope}): " + (", ".join(parts) or "no vLLM counters")
 
 
 def _plots(out: Path, run: RunResult | None, swept: Sweep | None) -> None:
@@ -281,7 +313,7 @@ def _plots(out: Path, run: RunResult | None, swept: Sweep | None) -> None:
 
 
 async def _measure(
-    url: str, engine_urls: list[str], make: Callable[[int], list[BenchRequest]],
+    url: str, engine_urls: list[str], make: Callable[[int, int], list[BenchRequest]],
     load: Any, levels: list[int] | None, num_requests: int, model: str, api: str,
     slo: dict[str, float], max_duration_s: float, warmup: int, *, show_progress: bool,
 ) -> tuple[RunResult | None, Sweep | None, dict[str, Any]]:
@@ -290,6 +322,7 @@ async def _measure(
 
     from inferplane.bench import load as loads
     from inferplane.bench import scrape
+    from inferplane.bench.datasets import WARMUP_LEVEL
 
     before = [await scrape.fetch(u) for u in engine_urls]
     console = Console(stderr=True)
@@ -299,8 +332,9 @@ async def _measure(
         if levels is None:
             task = progress.add_task(f"{load.describe()}", total=num_requests)
             run = await loads.run_load(
-                url, make(num_requests), load, model=model, api=api, slo=slo,
+                url, make(num_requests, 0), load, model=model, api=api, slo=slo,
                 max_duration_s=max_duration_s, warmup=warmup,
+                warmup_requests=make(warmup, WARMUP_LEVEL) if warmup else None,
                 on_done=lambda _r: progress.advance(task),
             )
         else:
@@ -314,9 +348,9 @@ async def _measure(
                     f"p99 E2EL {s.e2el_ms['p99']:.0f} ms", highlight=False)
 
             swept = await loads.sweep(
-                url, lambda c: make(max(num_requests, 4 * c))[: max(num_requests, 4 * c)],
-                levels, model=model, api=api, slo=slo, max_duration_s=max_duration_s,
-                on_level=level_done, warmup=warmup,
+                url, lambda c: make(max(num_requests, 4 * c), c), levels, model=model,
+                api=api, slo=slo, max_duration_s=max_duration_s, on_level=level_done,
+                warmup=warmup, warmup_requests=make(warmup, WARMUP_LEVEL) if warmup else None,
             )
     after = [await scrape.fetch(u) for u in engine_urls]
     deltas = [scrape.server_delta(b, a) for b, a in zip(before, after, strict=True)]
@@ -347,16 +381,9 @@ def _print(document: dict[str, Any], run: RunResult | None, swept: Sweep | None)
                       f"{s.output_throughput:.1f} tok/s, total {s.total_token_throughput:.1f} "
                       "tok/s" + (f", goodput {s.request_goodput:.2f} req/s"
                                  if s.request_goodput is not None else ""))
-        server = run.server
-        if server.get("scraped"):
-            parts = []
-            if "prefix_cache_hit_rate" in server:
-                parts.append(f"prefix-cache hit rate {server['prefix_cache_hit_rate']:.1%}")
-            if "preemptions" in server:
-                parts.append(f"preemptions {server['preemptions']:.0f}")
-            if "mean_queue_time_ms" in server:
-                parts.append(f"mean queue time {server['mean_queue_time_ms']:.1f} ms")
-            console.print("server (/metrics delta): " + (", ".join(parts) or "no vLLM counters"))
+        line = _server_line(run.server, "")
+        if line:
+            console.print(line)
     if swept is not None:
         table = Table("concurrency", "p50 latency", "p99 latency", "p50 TTFT", "tok/s",
                       "req/s", "failed", title="saturation sweep", title_justify="left")
@@ -374,6 +401,9 @@ def _print(document: dict[str, Any], run: RunResult | None, swept: Sweep | None)
             best = swept.best_within_slo
             console.print("best within the SLO (p99): " + (
                 f"concurrency {best}" if best is not None else "no level meets it"))
+        line = _server_line(document["sweep"]["server"], " over every level")
+        if line:
+            console.print(line)
     if "cost" in document:
         for line in describe(document["cost"]):
             console.print(line)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
 from inferplane.cli.main import app
+from inferplane.cli.tables import Col, fitted_table
 from inferplane.errors import InferplaneError
 
 if TYPE_CHECKING:
@@ -93,36 +94,42 @@ def capacity(
     _print(answer, api, fragment_text, verdict)
 
 
+def _columns(pct: str) -> tuple[Col, ...]:
+    """The answer (GPU, TP, replicas, GPUs, $/h) is never hidden at 80 columns."""
+    right: Literal["right"] = "right"
+    return (
+        Col("model"), Col("peak", drop=3, justify=right), Col("GPU"),
+        Col("TP", justify=right), Col("replicas", "repl", justify=right),
+        Col("max_num_seqs", "seqs", drop=4, justify=right), Col("GPUs", justify=right),
+        Col("$/h", justify=right), Col(f"{pct} TTFT", "TTFT", drop=2, justify=right),
+        Col(f"{pct} TPOT", "TPOT", drop=5, justify=right), Col("binding", drop=1, wrap=True),
+    )
+
+
 def _print(answer: CapacityAnswer, api: ApiPrice | None, fragment: str, verdict: str) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     from inferplane.bench.capacity import DEFAULT_PERCENTILE, model_cost
     from inferplane.bench.cost import describe
 
     console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=max(console.width, 140))
     pct = f"p{answer.slo.get('percentile', DEFAULT_PERCENTILE):g}"
     goals = ", ".join(f"{k.removesuffix('_ms').upper()} <= {v:g} ms"
                       for k, v in answer.slo.items() if k != "percentile")
-    table = Table(title=f"cheapest configuration meeting {pct} {goals} at peak",
-                  title_justify="left")
-    for col in ("model", "peak", "GPU", "TP", "replicas", "max_num_seqs", "GPUs", "$/h",
-                f"{pct} TTFT", f"{pct} TPOT", "binding"):
-        table.add_column(col, justify="right" if col not in ("model", "GPU", "binding")
-                         else "left")
+    rows = []
     for m in answer.models:
         if m.best is None:
-            table.add_row(m.model, f"{m.traffic.peak_rps:g} rps", "-", "-", "-", "-", "-", "-",
-                          "-", "-", f"{m.binding}: {m.detail}")
+            rows.append([m.model, f"{m.traffic.peak_rps:g} rps", "-", "-", "-", "-", "-", "-",
+                         "-", "-", f"{m.binding}: {m.detail}"])
             continue
         c = m.best.candidate
-        table.add_row(
+        rows.append([
             m.model, f"{m.traffic.peak_rps:g} rps", c.gpu_type, str(c.tensor_parallel_size),
             str(m.best.replicas), str(c.max_num_seqs), str(m.gpus), f"{m.usd_per_hour:.2f}",
             f"{m.best.p_ttft_ms:.0f} ms", f"{m.best.p_tpot_ms:.1f} ms", m.binding,
-        )
+        ])
+    table = fitted_table(_columns(pct), rows, console.width,
+                         f"cheapest configuration meeting {pct} {goals} at peak")
     console.print(table)
     gpus = sum(m.gpus for m in answer.models)
     console.print(f"total: {gpus} GPU(s), ${answer.usd_per_hour:.2f}/h "

@@ -18,19 +18,22 @@ def down(
     ),
     force: bool = typer.Option(False, "--force", help="Do not wait for in-flight requests."),
 ) -> None:
-    """Stop admitting requests, let in-flight ones finish, then stop every engine."""
+    """Stop admitting requests, let in-flight ones finish, then stop every engine. Exits 0
+    with "already stopped" when no fleet runs there."""
     from rich.console import Console
 
     from inferplane.cli.progress import FleetProgress
     from inferplane.runtime import control
     from inferplane.runtime.registry import find_state_dir
 
+    state = find_state_dir(state_dir)
+    if state.running_pid() is None:  # as `docker compose down`: nothing to do is success
+        typer.echo(f"already stopped: no fleet is running from {state.path}")
+        return
     hint = "`inferplane down --force` cuts it short"
     progress = FleetProgress(Console(highlight=False), force_hint=hint)
     try:
-        pid = control.stop_fleet(
-            find_state_dir(state_dir), timeout_s, force, progress.update
-        )
+        pid = control.stop_fleet(state, timeout_s, force, progress.update)
     finally:
         progress.close()
     typer.echo(f"fleet stopped (pid {pid})")

@@ -100,6 +100,14 @@ def _print_table(model_dir: Path, gpu_label: str, est: MemoryEstimate) -> None:
         console.print(f"[bold red]error:[/] {error}", highlight=False)
 
 
+def _print_errors(est: MemoryEstimate) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    for error in est.errors:
+        console.print(f"[bold red]error:[/] {error}")
+
+
 @app.command()
 def estimate(
     model_dir: Path = typer.Argument(..., help="Model directory (config.json, safetensors)."),
@@ -190,8 +198,13 @@ def estimate(
         typer.echo(json.dumps(invalid, indent=2))
         raise typer.Exit(USAGE_EXIT_CODE) from None
 
+    from inferplane.estimator.rules import pipeline_parallel_errors, tensor_parallel_errors
+
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(result), indent=2))
+    elif tensor_parallel_errors(profile, tensor_parallel_size) or pipeline_parallel_errors(
+            profile, pipeline_parallel_size):
+        _print_errors(result)  # settings vLLM refuses: a table of their numbers is nonsense
     else:
         label = gpu_spec.name if gpu_spec else f"{gpu_memory_gib} GiB GPU"
         _print_table(model_dir, label, result)

@@ -116,21 +116,39 @@ def create(
     fleet: Path | None = typer.Option(None, "--fleet", help="Read gateway.database_url."),
     state_dir: Path | None = state_dir_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON; the secret is `key`."),
+    enable_auth: bool = typer.Option(
+        False, "--enable-auth",
+        help="Needed for the first key of a running fleet with gateway.auth: auto: it turns "
+        "auth on there.",
+    ),
 ) -> None:
-    """Create a key. The secret is printed once; only its hash is stored."""
-    from inferplane.tenancy.keys import create_key
+    """Create a key. The secret is printed once; only its hash is stored. The first key
+    of a running `gateway.auth: auto` fleet turns its auth on: that needs --enable-auth."""
+    from inferplane.cli import keys_live
+    from inferplane.tenancy.keys import create_key, key_count
 
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
-    row, secret = with_store(
-        resolve_db(db, fleet, state_dir),
-        lambda s: create_key(
+    url = resolve_db(db, fleet, state_dir)
+    live = keys_live.live_fleet(url, state_dir)
+
+    async def work(s: Store) -> tuple[Any, str, bool]:
+        first = keys_live.first_key_turns_auth_on(live, await key_count(s))
+        if first and not enable_auth:
+            assert live is not None
+            raise keys_live.refuse(live)
+        row, secret = await create_key(
             s, name, team=team, models=model_list, rpm=rpm, tpm=tpm,
             max_concurrent=max_concurrent, budget_tokens=budget_tokens,
             budget_period=budget_period, priority=priority,
             expires_in_s=expires_days * 86400 if expires_days is not None else None,
-        ),
-    )  # fmt: skip
+        )  # fmt: skip
+        return row, secret, first
+
+    row, secret, turned_on = with_store(url, work)
     _print_key(row.as_dict(), secret, as_json)
+    if turned_on and live is not None:
+        for line in keys_live.announce(live):
+            typer.echo(line, err=True)
 
 
 @keys_app.command("list")

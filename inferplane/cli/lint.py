@@ -26,9 +26,10 @@ def lint(
         200.0, "--disk-read-mib-s", help="Manifests: read speed of the model store, for "
         "the load-time estimate (as `render`)."),
 ) -> None:
-    """Fleet-level advice: --enforce-eager left on (P33), utilization above the safe band
-    (P06), max_model_len at the model's default (P02), TP larger than needed (P16),
-    volatile prompt prefixes (P45), timeouts shorter than the longest generation (P40).
+    """Fleet-level advice on settings that start but cost you. Reports --enforce-eager
+    left on (P33), utilization above the safe band (P06), max_model_len at the model's
+    default (P02), TP larger than needed (P16), volatile prompt prefixes (P45), timeouts
+    shorter than the longest generation (P40).
     Given Kubernetes manifests that run `vllm serve` (or a vllm/vllm-openai image with
     `args:`): probes shorter than the model's load-time estimate (P24) and utilization above
     the safe band (P06)."""

@@ -45,6 +45,13 @@ def logs(
         names += [n for n in ("gateway", "gateway-access")
                   if (state.log_dir / f"{n}.log").is_file()]  # fmt: skip
         names += ["up"] if state.up_log.is_file() else []
+        import difflib
+
+        near = difflib.get_close_matches(instance, names, n=1, cutoff=0.6)
+        if near:  # a typo: the one name meant, not the whole list
+            raise InferplaneError(f"no log for instance {instance!r}; did you mean {near[0]}?",
+                                  field="INSTANCE", value=instance,
+                                  fix=f"inferplane logs {near[0]}")
         raise InferplaneError(
             f"no log for instance {instance!r}",
             field="INSTANCE",

@@ -48,6 +48,9 @@ def _register_commands() -> None:
 
     for module in COMMAND_MODULES:
         importlib.import_module(f"inferplane.cli.{module}")
+    from inferplane.cli.help_text import polish
+
+    polish(app)
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,10 +104,13 @@ def print_plan(plan: Plan, console: Console) -> None:
         str(inst.max_model_len), f"{inst.memory.max_concurrency:.1f}x", str(inst.port),
         ", ".join(inst.start_after) or "-",
     ] for inst in plan.instances]  # fmt: skip
-    if table_width(measure(INSTANCE_COLUMNS, rows)) > width:
+    columns: tuple[Col, ...] = INSTANCE_COLUMNS
+    if len({inst.node for inst in plan.instances}) > 1:  # the node beats port and length
+        columns = tuple(replace(c, drop=0) if c.header == "node" else c for c in columns)
+    if table_width(measure(columns, rows)) > width:
         for row in rows:
             row[-1] = row[-1].replace(", ", "\n")
-    console.print(fitted_table(INSTANCE_COLUMNS, rows, width, "instances"))
+    console.print(fitted_table(columns, rows, width, "instances"))
     spanning = [inst for inst in plan.instances if inst.ranks]
     if spanning:
         console.print(_ranks_table(spanning, width))
@@ -118,7 +122,8 @@ def print_plan(plan: Plan, console: Console) -> None:
         + (" (optimal)" if t.solver_optimal else "")
     )
     for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        # no highlighter: it colours digits inside names (qwen3-embedding-0.6b)
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
 
 
 def _memory_on(inst: PlanInstance, gpu: PlanGpu) -> tuple[PlanInstance, InstanceMemory]:

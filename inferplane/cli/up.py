@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -19,7 +19,12 @@ from inferplane.cli.tables import Col, fitted_table
 from inferplane.errors import InferplaneError
 from inferplane.runtime.defaults import DEFAULT_GRACE_PERIOD_S
 
-console = Console()
+if TYPE_CHECKING:
+    from inferplane.spec import FleetSpec
+
+console = Console(highlight=False)  # Rich's highlighter colours digits inside names
+KEEP_TOKEN_ENV = "INFERPLANE_KEEP_ADMIN_TOKEN"  # set for the detached child only
+STOP_INTERRUPTED_S = 60.0  # Ctrl-C during `up --detach`: how long the stop may take
 
 
 STATUS_COLUMNS = (
@@ -40,8 +45,10 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
     columns it hides the least useful columns first (see `inferplane.cli.tables`)."""
     out = out or console
     rows: list[list[str]] = []
+    from inferplane.runtime.labels import gpus_label
+
     for inst in status.get("instances", []):
-        gpus = ",".join(str(g) for g in inst.get("gpus") or []) or "-"
+        gpus = gpus_label(inst, status.get("instances", []))
         uptime = inst.get("uptime_s")
         if uptime is None and inst.get("ready_since") and inst["state"] == "ready":
             uptime = time.time() - inst["ready_since"]
@@ -65,6 +72,10 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
         if inst.get("check_error"):
             say(out, f"{inst['name']}: the supervisor cannot check it: {inst['check_error']} "
                 "(it retries with backoff; the state shown is the last one it saw)")
+    if status.get("phase") == "stopped":  # nothing answers there: no URL to open
+        say(out, f"gateway: not running (it served {status['gateway']['url']}/v1 until "
+            "stopped); start the fleet with `inferplane up FLEET.yaml`")
+        return
     say(out, f"gateway: {status['gateway']['url']}/v1")
     if status["gateway"].get("console"):  # docs/console.md
         say(out, f"console: {status['gateway']['url']}/ui{_console_access(status)}")
@@ -99,11 +110,56 @@ def _console_access(status: dict[str, Any]) -> str:
     if not tenancy or "admin_token" not in tenancy:  # no tenancy, or an older state.json
         return ""
     env = tenancy.get("admin_token_env") or "INFERPLANE_ADMIN_TOKEN"
+    generated = tenancy.get("admin_token_file")
     if tenancy["admin_token"]:
-        return f" (sign in with the admin token, ${env})"
+        return (f" (sign in with the admin token in {generated})" if generated
+                else f" (sign in with the admin token, ${env})")
     if tenancy.get("auth_required"):
         return f" (refused until ${env} is set: auth is on)"
     return ""
+
+
+def _stop_interrupted(pid: int, state_dir: Path | None) -> None:
+    """Ctrl-C during `up --detach`: stop the fleet that was starting, not leave it behind."""
+    from inferplane.runtime import control
+
+    say(console, f"interrupted: stopping the fleet starting in the background (pid {pid}); "
+        "Ctrl-C again leaves it running")
+    try:
+        stopped = control.stop_starting(pid, STOP_INTERRUPTED_S)
+    except KeyboardInterrupt:
+        stopped = False
+    if stopped:
+        say(console, "fleet stopped")
+        raise typer.Exit(130)
+    where = "" if state_dir is None else f" --state-dir {state_dir}"
+    say(console, f"the fleet (pid {pid}) goes on in the background; stop it with "
+        f"`inferplane down{where}`")
+    raise typer.Exit(130)
+
+
+def _console_token(spec: FleetSpec, state_path: Path, tenancy: bool) -> str | None:
+    """A console admin token for this run when none is set (inferplane.runtime.admin_token)."""
+    from inferplane.runtime import admin_token
+
+    if os.environ.get(KEEP_TOKEN_ENV):  # a detached child: its parent made and printed it
+        return None
+    if spec.gateway.console and tenancy and not os.environ.get(spec.gateway.admin_token_env):
+        return admin_token.generate(state_path)
+    admin_token.forget(state_path)
+    return None
+
+
+def _say_token(token: str | None, spec: FleetSpec, state_path: Path) -> None:
+    """Printed once, here: only the file keeps it."""
+    if token is None:
+        return
+    from inferplane.runtime.admin_token import admin_token_path
+
+    say(console, f"console admin token: {token}\n  (generated: "
+        f"${spec.gateway.admin_token_env} is unset; the console asks for it once auth is on, "
+        f"e.g. after the first `inferplane keys create`; kept in "
+        f"{admin_token_path(state_path)}, mode 0600)")
 
 
 def _duration(seconds: float | None) -> str:
@@ -209,7 +265,13 @@ def up(
             "grace period cannot be negative", field="--grace-period-s",
             value=grace_period_s, fix="use 0 (stop at once) or more seconds",
         )
+    token = _console_token(spec, state.path, tenancy)
     if detach:
+        import signal
+
+        # Ctrl-C raises KeyboardInterrupt again (below): the planner's CP-SAT solve leaves
+        # SIGINT at the default action, which killed this process and left the child going
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         argv = [
             *control.python_argv(), "up", str(fleet.resolve()), "--state-dir", str(state.path),
             "--grace-period-s", str(grace_period_s),
@@ -237,15 +299,20 @@ def up(
         if not web_console:
             argv.append("--no-console")
         offset = control.log_size(state)
-        pid = control.spawn_detached(argv, state)
+        # the child keeps the token printed here (and never writes it to up.log)
+        pid = control.spawn_detached(argv, state, {KEEP_TOKEN_ENV: "1"} if token else None)
         progress = FleetProgress(console)
         try:
             status = control.wait_detached_ready(
                 state, pid, ready_timeout_s, offset, progress.update
             )
+        except KeyboardInterrupt:  # the child is in its own session: it did not see it
+            progress.close()
+            _stop_interrupted(pid, state_dir)
         finally:
             progress.close()
         print_status(status)
+        _say_token(token, spec, state.path)
         say(
             console, f"running in the background (pid {pid}); stop with `inferplane down"
             + ("" if state_dir is None else f" --state-dir {state_dir}") + "`; `inferplane "
@@ -265,6 +332,7 @@ def up(
         progress.update(status)  # the last transitions (ready, failed)
         progress.close()
         print_status(status)
+        _say_token(token, spec, state.path)
         say(console, "serving; Ctrl-C drains and stops (twice forces)")
         sys.stdout.flush()
 

@@ -167,6 +167,11 @@ class ConsoleApp:
                 (b"set-cookie", f"{auth.COOKIE}=; Path=/ui; Max-Age=0; HttpOnly; "
                  "SameSite=Strict".encode()),
             ])  # fmt: skip
+        elif method == "GET" and parts[:1] not in (["api"], ["partials"]):  # a browser: a page
+            links = " · ".join(f'<a href="/ui/{p}">{t}</a>' for p, t in pages.PAGES)
+            body = (f"<h1>No such page</h1><p>{pages.e(path)} is not a console page; "
+                    f"the pages are {links}.</p>")
+            await self._send(send, 404, pages.page("", "not found", body, who).encode(), _HTML)
         else:
             await self._send(send, 404, _error(404, f"no console route {method} {path}"))
 

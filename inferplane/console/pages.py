@@ -18,6 +18,7 @@ PAGES = (
     ("fleet", "Fleet"), ("models", "Models"), ("charts", "Charts"), ("usage", "Usage"),
     ("playground", "Playground"),
 )  # fmt: skip
+TONES = 4  # shades of the bar colours, one per instance sharing a card
 STATE_CLASS = {
     "ready": "ok", "loading": "busy", "starting": "busy", "restarting": "busy",
     "unhealthy": "warn", "draining": "warn", "sleeping": "idle", "stopped": "idle",
@@ -85,8 +86,9 @@ def fleet_fragment(view: dict[str, Any]) -> str:
         for gpu in node["gpus"]:
             total = gpu["memory_gib"]
             segs = []
-            for share in gpu["instances"]:
+            for n, share in enumerate(gpu["instances"]):
                 live = share.get("live") or {}
+                tone = f"tone{n % TONES}"  # co-located instances: each its own shade
                 for kind in ("weights", "kv_cache", "overhead"):
                     value = share[f"{kind}_gib"]
                     used = ""  # the engine's live KV usage, drawn inside the planned pool
@@ -94,7 +96,7 @@ def fleet_fragment(view: dict[str, Any]) -> str:
                         used = (f'<i class="used" style="width:'
                                 f'{100 * min(float(live["kv_cache_usage"]), 1.0):.1f}%"></i>')
                     segs.append(
-                        f'<span class="seg {kind}" data-instance="{e(share["id"])}" '
+                        f'<span class="seg {kind} {tone}" data-instance="{e(share["id"])}" '
                         f'data-kind="{kind}" data-gib="{value:.3f}" '
                         f'style="width:{_pct(value, total)}" '
                         f'title="{e(share["id"])} {kind.replace("_", " ")} {gib(value)}">'
@@ -108,10 +110,12 @@ def fleet_fragment(view: dict[str, Any]) -> str:
             rows = "".join(
                 f'<tr class="instance" data-instance="{e(s["id"])}" data-model="{e(s["model"])}"'
                 f' data-state="{e(s["state"])}" data-share-gib="{s["share_gib"]:.3f}">'
-                f'<td>{e(s["id"])}</td><td>{badge(s["state"])}</td>'
-                f'<td>{gib(s["weights_gib"])}</td><td>{gib(s["kv_cache_gib"])}</td>'
-                f'<td>{gib(s["overhead_gib"])}</td><td>{_live(s)}</td></tr>'
-                for s in gpu["instances"]
+                f'<td class="name"><i class="swatch tone{n % TONES}"></i>{e(s["id"])}</td>'
+                f'<td>{badge(s["state"])}</td>'
+                f'<td class="num">{gib(s["weights_gib"])}</td>'
+                f'<td class="num">{gib(s["kv_cache_gib"])}</td>'
+                f'<td class="num">{gib(s["overhead_gib"])}</td><td>{_live(s)}</td></tr>'
+                for n, s in enumerate(gpu["instances"])
             ) or '<tr><td colspan="6" class="note">idle card</td></tr>'
             out.append(
                 f'<article class="gpu" data-gpu-index="{gpu["index"]}" '
@@ -162,7 +166,7 @@ def models_fragment(view: dict[str, Any], actions: bool) -> str:
             if r.get("restarts") is not None:
                 buttons = (
                     f'<button class="link" hx-get="/ui/partials/logs/{e(name)}" '
-                    f'hx-target="#logs" hx-swap="innerHTML">logs</button>'
+                    f'hx-target="#logs" hx-swap="innerHTML show:#logs:top">logs</button>'
                 )
                 if actions:
                     buttons += (
@@ -180,7 +184,7 @@ def models_fragment(view: dict[str, Any], actions: bool) -> str:
                 f'<td>{"-" if r.get("restarts") is None else r["restarts"]}</td>'
                 f'<td>{"yes" if r["routable"] else "no"}</td><td>{r["in_flight"]}</td>'
                 f'<td>{e(r.get("pid") or "-")}</td>'
-                f'<td>{e(",".join(str(g) for g in r.get("gpus") or []) or "-")}</td>'
+                f'<td>{e(r.get("gpus_label") or "-")}</td>'
                 f"<td>{buttons}</td></tr>"
             )
         out.append("</tbody></table></section>")

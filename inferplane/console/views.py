@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from inferplane.console.source import FleetSource
+from inferplane.runtime.labels import gpus_label
 
 if TYPE_CHECKING:
     from inferplane.console.sampler import Sampler
@@ -126,6 +127,7 @@ def models_view(gateway: GatewayApp, source: FleetSource | None) -> dict[str, An
         by_model.setdefault(inst["model"], []).append({
             "name": inst["name"], "state": _state(inst), "restarts": inst["restarts"],
             "pid": inst.get("pid"), "port": inst.get("port"), "gpus": inst.get("gpus") or [],
+            "gpus_label": gpus_label(inst, status.get("instances", [])),
             "url": inst.get("url"), "last_error": inst.get("last_error"),
         })  # fmt: skip
     routable = {b.url: b for pool in gateway.state.pools.values() for b in pool.backends}

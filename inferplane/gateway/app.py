@@ -28,6 +28,7 @@ from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
 from inferplane.gateway.names import UNKNOWN_MODEL
 from inferplane.gateway.pool import NoReplica, Pool
+from inferplane.gateway.refusals import key_refusal, send_redirect, wants_html
 from inferplane.gateway.replica_header import HEADER as REPLICA_HEADER
 from inferplane.gateway.replica_header import TOKEN_HEADER, ReplicaHeader
 from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
@@ -70,10 +71,6 @@ _GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 _RESPONSES_TOKEN_EVENT = b"event: response.output_text.delta\n"
 
 _JSON = (b"content-type", b"application/json")
-_NO_KEY = orjson.dumps({"error": {
-    "message": "You didn't provide a valid API key. Send 'Authorization: Bearer KEY'.",
-    "type": "invalid_request_error", "param": None, "code": "invalid_api_key",
-}})  # fmt: skip
 _NO_METRICS_TOKEN = error_body(401, "metrics need the scrape token: 'Authorization: Bearer ...'")
 _USAGE_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _USAGE_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
@@ -307,6 +304,9 @@ class GatewayApp:
             elif path in REFUSED:  # vLLM routes the gateway does not serve, and why
                 await self._respond(send, REFUSED[path].status,
                                     REFUSED[path].body(method, path), b"")
+            elif path == "/" and method == "GET" and self.console is not None and wants_html(
+                    _header(scope, b"accept")):
+                await send_redirect(send, "/ui")  # a browser at the root: the console
             else:
                 await self._respond(
                     send, 404, error_body(404, f"no route for {method} {path}"), b""
@@ -351,7 +351,7 @@ class GatewayApp:
         client can address, less those the caller's key may not use."""
         allowed, policy = self._caller_key(scope)
         if not allowed:
-            await self._respond(send, 401, _NO_KEY, b"")
+            await self._respond(send, 401, key_refusal(_header(scope, b"authorization")), b"")
             return
         names = self.state.client_names()
         if policy is not None and policy.allowed_models is not None:
@@ -387,7 +387,7 @@ class GatewayApp:
             return
         allowed, policy = self._caller_key(scope)
         if not allowed:
-            await self._respond(send, 401, _NO_KEY, b"")
+            await self._respond(send, 401, key_refusal(_header(scope, b"authorization")), b"")
             return
         key_id = policy.id if policy is not None else None
         rid = (self._rid_prefix + str(next(self._rid_seq))).encode()
@@ -559,8 +559,9 @@ class GatewayApp:
             pool = self.state.resolve(model)
         if pool is None:
             self._tenancy_done(adm, est, rid, UNKNOWN_MODEL, _Record(), 404, 0.0, stream)
-            await self._reject(send, 404, f"The model `{model}` does not exist.", rid, "-", "model",
-                               requested=model)
+            # the one shape of an unknown model, as GET /v1/models/{id} answers it (OpenAI's)
+            await self._reject(send, 404, "", rid, "-", None, requested=model,
+                               body=model_not_found(model))
             return
         lane = pool.route.long_prompt_lane
         if lane is not None and estimate_prompt_tokens(body) > lane.threshold_tokens:
@@ -1039,9 +1040,9 @@ class GatewayApp:
 
     async def _reject(
         self, send: Send, status: int, message: str, rid: bytes, model: str, param: str | None,
-        requested: str | None = None,
+        requested: str | None = None, body: bytes | None = None,
     ) -> None:
-        await self._respond(send, status, error_body(status, message, param), rid)
+        await self._respond(send, status, body or error_body(status, message, param), rid)
         self.metrics.series(model, "-").count(status)  # never the client's name: bounded labels
         if self.access_log is not None:
             record: dict[str, Any] = {

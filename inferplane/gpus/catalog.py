@@ -42,12 +42,18 @@ _CATALOG: tuple[GpuSpec, ...] = (
     GpuSpec("A100-PCIE-80GB", _gib(79.15), 1935.0, 312.0, None, (8, 0), "pcie", _PCIE4,
             aliases=("a100-pcie-80gb", "a100 80gb pcie", "a100-80gb-pcie", "a100 pcie")),
     GpuSpec("H100-SXM-80GB", _gib(79.11), 3350.0, 989.0, 1979.0, (9, 0), "nvlink", 900.0,
-            aliases=("h100", "h100-80gb", "h100-sxm", "h100-sxm5", "h100-sxm5-80gb",
+            aliases=("h100", "h100-sxm", "h100-sxm5", "h100-sxm5-80gb",
                      "h100 80gb hbm3", "h100-sxm-80gb")),
     GpuSpec("H100-PCIE-80GB", _gib(79.11), 2000.0, 756.0, 1513.0, (9, 0), "pcie", _PCIE5,
             aliases=("h100 pcie", "h100-pcie", "h100-pcie-80gb", "h100 80gb pcie")),
     GpuSpec("H100-NVL-94GB", _gib(93.09), 3900.0, 835.0, 1671.0, (9, 0), "nvlink", 600.0,
             aliases=("h100 nvl", "h100-nvl", "h100-nvl-94gb", "h100-94gb")),
+    # China-market parts: the A100/H100 die and memory, NVLink cut to 400 GB/s (NVIDIA's
+    # A800/H800 datasheets); memory as the A100/H100 80 GB they are built from (docs/gpus.md)
+    GpuSpec("A800-SXM-80GB", _gib(79.15), 2039.0, 312.0, None, (8, 0), "nvlink", 400.0,
+            aliases=("a800", "a800-sxm4-80gb", "a800-sxm-80gb", "a800 sxm")),
+    GpuSpec("H800-SXM-80GB", _gib(79.11), 3350.0, 989.0, 1979.0, (9, 0), "nvlink", 400.0,
+            aliases=("h800", "h800-sxm", "h800-sxm5", "h800-sxm-80gb", "h800 80gb hbm3")),
     GpuSpec("H200", _gib(139.81), 4800.0, 989.0, 1979.0, (9, 0), "nvlink", 900.0,
             aliases=("h200", "h200-sxm", "h200-141gb", "h200-sxm-141gb")),
     GpuSpec("H20", _gib(95.00), 4000.0, 148.0, 296.0, (9, 0), "nvlink", 900.0,
@@ -71,6 +77,8 @@ _CATALOG: tuple[GpuSpec, ...] = (
 _AMBIGUOUS: dict[str, tuple[str, ...]] = {
     "v100": ("V100-SXM-16GB", "V100-SXM-32GB"),
     "v100sxm2": ("V100-SXM-16GB", "V100-SXM-32GB"),
+    # H100 80 GB comes as SXM and PCIe: bandwidth 3350 vs 2000 GB/s changes bench/capacity
+    "h10080gb": ("H100-SXM-80GB", "H100-PCIE-80GB"),
 }
 
 # Vendor words NVML and users put in front of the model; they never tell models apart.
@@ -124,7 +132,6 @@ def lookup_gpu(name: str) -> GpuSpec:
     spec = _INDEX.get(key)
     if spec is not None:
         return spec
-    known = ", ".join(s.name for s in _CATALOG)
     if key in _AMBIGUOUS:
         choices = " or ".join(_AMBIGUOUS[key])
         raise InferplaneError(
@@ -133,9 +140,23 @@ def lookup_gpu(name: str) -> GpuSpec:
             value=name,
             fix=f"name the exact model ({choices})",
         )
+    near = nearest_gpu_names(name)
     raise InferplaneError(
-        f"unknown GPU model; known models: {known}",
+        "unknown GPU model" + (f"; did you mean {' or '.join(near)}?" if near else
+                               f"; known models: {', '.join(s.name for s in _CATALOG)}"),
         field="gpu",
         value=name,
-        fix="use one of the known names, or give the memory directly with --gpu-memory-gib",
+        fix="use a known name (`inferplane gpus` lists them), or give the memory directly "
+        "with --gpu-memory-gib",
     )
+
+
+def nearest_gpu_names(name: str, limit: int = 3) -> list[str]:
+    """Catalog names closest to a name that matches none (`H100-80G` -> the two H100 80GB)."""
+    import difflib
+
+    keys = {**{k: (s.name,) for k, s in _INDEX.items()}, **_AMBIGUOUS}
+    found: list[str] = []
+    for key in difflib.get_close_matches(normalize_gpu_name(name), keys, n=limit, cutoff=0.75):
+        found += [n for n in keys[key] if n not in found]
+    return found[:limit]

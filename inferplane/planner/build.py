@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from inferplane.engines.vllm import VllmArgs
 from inferplane.engines.vllm.engine import ENGINE as VLLM
@@ -50,6 +51,7 @@ from inferplane.planner.sizing import (
 )
 from inferplane.planner.solver import solve_around_spanning
 from inferplane.spec import FleetSpec, ModelSpec
+from inferplane.spec.sources import missing_source_error
 
 BASE_PORT = 8100
 DISCOVERED_NODE = "local"
@@ -264,6 +266,8 @@ def _profile(model: ModelSpec, profiles: Mapping[str, ModelProfile] | None) -> M
     if profiles is not None and model.name in profiles:
         return profiles[model.name]
     assert model.source is not None
+    if not Path(model.source).exists():
+        raise missing_source_error(model.name, model.source)
     return load_profile(model.source)
 
 

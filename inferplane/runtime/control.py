@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +45,11 @@ def log_size(state: StateDir) -> int:
         return 0
 
 
-def spawn_detached(argv: Sequence[str], state: StateDir) -> int:
-    """Start `argv` (a foreground `inferplane up`) in its own session, output to up.log."""
+def spawn_detached(
+    argv: Sequence[str], state: StateDir, env: Mapping[str, str] | None = None
+) -> int:
+    """Start `argv` (a foreground `inferplane up`) in its own session, output to up.log;
+    `env`: added to this process's environment."""
     state.path.mkdir(parents=True, exist_ok=True)
     fd = os.open(state.up_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.fchmod(fd, 0o600)  # an older log keeps its mode through O_CREAT
@@ -54,6 +57,7 @@ def spawn_detached(argv: Sequence[str], state: StateDir) -> int:
         proc = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
+            env={**os.environ, **env} if env else None,
         )
     return proc.pid
 
@@ -121,6 +125,21 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def stop_starting(pid: int, timeout_s: float) -> bool:
+    """Ctrl-C while a detached `up` starts: SIGTERM it (the runtime drains and stops what
+    it started) and wait until it has exited. False when it is still there at the end."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout_s
+    while not _exited(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
     return True
 
 

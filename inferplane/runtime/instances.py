@@ -41,6 +41,7 @@ class Instance:
     host: str = ENGINE_HOST
     # vLLM instances (from the plan): where they run and how they start.
     gpu_indices: tuple[int, ...] = ()  # NVML indices (resolved from gpu_uuids before a start)
+    node: str = ""  # the plan's node: with several, the indices alone repeat across nodes
     gpu_uuids: tuple[str, ...] = ()  # when the plan knows them: the stable identity (P20)
     gpu_memory_utilization: float = 0.0  # share of each whole card the instance takes
     start_after: tuple[str, ...] = ()  # instances that must be ready before this one starts
@@ -200,8 +201,9 @@ def _from_plan(
             argv=sim_argv(model, port=port, gpu=planned.gpu_type, faults=fault,
                           planned=planned),
             env={**env, **model.env},
-            gpu_indices=tuple(planned.gpu_indices),
+            gpu_indices=tuple(planned.gpu_indices), node=planned.node,
             gpu_memory_utilization=planned.gpu_memory_utilization,
             start_after=tuple(planned.start_after),
         ))
     return instances
+

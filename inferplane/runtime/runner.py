@@ -40,6 +40,7 @@ from inferplane.monitoring.live import refresh_targets, start_monitoring
 from inferplane.monitoring.targets import TargetsWriter
 from inferplane.planner.plan import Plan
 from inferplane.runtime import registry
+from inferplane.runtime.admin_token import admin_token_path, read_generated
 from inferplane.runtime.channel import ControlServer
 from inferplane.runtime.drain import DEFAULT_GRACE_PERIOD_S, DrainGate
 from inferplane.runtime.instances import (
@@ -215,6 +216,9 @@ class Runtime:
                 default_db=state_dir_database_url(options.state_dir),
                 spill_path=options.state_dir / USAGE_SPILL_FILE,
             )
+            if fleet.gateway.console:  # what `up` generated when no token was set
+                self.tenancy.generated_admin_token = read_generated(options.state_dir)
+            self.tenancy.on_auth_change = self._auth_changed
         self.gateway: GatewayApp = build_app(config, self.tenancy)
         if fleet.gateway.console:  # the web console at /ui reads this runtime (docs/console.md)
             from inferplane.console import attach
@@ -239,6 +243,9 @@ class Runtime:
         self._asleep: dict[str, int] = {}  # instance -> sleep level (kept out of routing)
         self._parked: set[str] = set()  # asleep, or draining before a stop: not routed
         self._removing: set[str] = set()
+        for model in self.backends:  # a replica (re)starting: hold requests, no 503 (below)
+            self.gateway.state.pools[model].activator = (lambda m: lambda: self._activate(m))(
+                model)
         self.scaling: ScalingController | None = None
         if fleet.scaling.models and fleet.placed_models:
             from inferplane.scaling.controller import ScalingController
@@ -429,7 +436,16 @@ class Runtime:
     # ---- the elastic fleet (inferplane.scaling calls these) -------------------------------
 
     def _activate(self, model: str) -> bool:
-        return self.scaling is not None and self.scaling.activate(model)
+        """No replica of `model` is routable: True holds the request in the admission
+        queue (its max_queue_wait_s and depth apply) until one is - the autoscaler wakes
+        or starts one, or the supervisor is (re)starting one (a killed single replica)."""
+        if self.scaling is not None and self.scaling.activate(model):
+            return True
+        return self.phase == "running" and any(
+            rec.instance.model == model and rec.state in ("starting", "restarting")
+            and name not in self._parked and name not in self._removing
+            for name, rec in self.supervisor.records.items()
+        )
 
     def _held(self, model: str, seconds: float) -> None:
         if self.scaling is not None:
@@ -730,6 +746,11 @@ class Runtime:
             "tenancy": self._tenancy_status(),
         }
 
+    def _auth_changed(self) -> None:
+        """The first key turned `auth: auto` on: `status` says so from now on."""
+        if self.gateway_url:
+            self._write_state()
+
     def _tenancy_status(self) -> dict[str, Any] | None:
         t = self.tenancy
         if t is None:
@@ -744,6 +765,9 @@ class Runtime:
             # whether an admin token is set (never the token): who may open the console
             "admin_token": bool(t.admin_token),
             "admin_token_env": self.fleet.gateway.admin_token_env,
+            # `up` generated one (no token was set): where it is kept, mode 0600
+            "admin_token_file": str(admin_token_path(self.state_dir.path))
+            if t.generated_admin_token else None,
         }
 
     def _write_database_url(self) -> None:

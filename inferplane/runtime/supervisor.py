@@ -117,6 +117,7 @@ class Supervised:
             "port": inst.port,
             "url": inst.url,
             "gpus": list(inst.gpu_indices),
+            "node": inst.node or None,
             "startup_deadline_s": inst.startup_deadline_s,
             "state": self.state,
             "restarts": self.restarts,

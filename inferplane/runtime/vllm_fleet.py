@@ -232,7 +232,7 @@ def _instance(
         argv=tuple(argv),
         env=env,
         host=host,
-        gpu_indices=tuple(inst.gpu_indices),
+        gpu_indices=tuple(inst.gpu_indices), node=inst.node,
         gpu_uuids=tuple(inst.gpu_uuids or ()),
         gpu_memory_utilization=inst.gpu_memory_utilization,
         start_after=tuple(d for d in inst.start_after if d in local),

@@ -27,6 +27,15 @@ def _catalog_lookup() -> Callable[[str], Any] | None:
     return lookup if callable(lookup) else None
 
 
+def nearest_gpu_names(name: str) -> list[str]:
+    try:
+        module = importlib.import_module("inferplane.gpus.catalog")
+    except ImportError:
+        return []
+    near = getattr(module, "nearest_gpu_names", None)
+    return list(near(name)) if callable(near) else []
+
+
 def canonical_gpu_type(name: str) -> str:
     """The catalog's canonical name for `name` (e.g. `h100` -> `H100-SXM-80GB`)."""
     if not name.strip():
@@ -40,9 +49,12 @@ def canonical_gpu_type(name: str) -> str:
         gpu = lookup(name)
     except (InferplaneError, KeyError, ValueError) as exc:
         message = str(getattr(exc, "message", "unknown GPU type"))
+        near = nearest_gpu_names(name) if "ambiguous" not in message else []
         # The catalog's fix for ambiguous names ("name the exact model …") fits here too;
         # its fix for unknown names talks about CLI flags, so use ours.
         fix = getattr(exc, "fix", None) if "ambiguous" in message else None
+        if near:  # the nearest names, not four unrelated examples
+            message, fix = "unknown GPU type", f"did you mean {' or '.join(near)}?"
         raise PydanticCustomError(
             "gpu_type_unknown", "{message}", {"message": message, "fix": fix or _CATALOG_FIX}
         ) from exc

@@ -245,8 +245,8 @@ def _routes(fleet: FleetSpec) -> list[Issue]:
                 issues.append(
                     Issue(
                         target_loc,
-                        f"target is a {target.task} model but {route.model!r} is "
-                        f"a {source.task} model",
+                        f"target is {_a(target.task)} model but {route.model!r} is "
+                        f"{_a(source.task)} model",
                         backend.target,
                         "route only between models of the same task",
                     )
@@ -284,3 +284,8 @@ def _scaling(fleet: FleetSpec) -> list[Issue]:
                 )
             )
     return issues
+
+
+def _a(word: str) -> str:
+    """The article before a task name: an embed model, a generate model."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"

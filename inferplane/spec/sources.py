@@ -88,3 +88,24 @@ def validate_endpoint(url: Any) -> str:
             {"fix": f"drop /v1: {url.strip().rstrip('/')[: -len('/v1')]}"},
         )
     return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def missing_source_error(model: str, source: str) -> Exception:
+    """A model's `source` that is no local directory (a typo, or a Hugging Face id: inferplane
+    never downloads): the model, the field and how to get the one file sizing needs."""
+    from inferplane.errors import InferplaneError
+
+    field = f"models.{model}.source"
+    if is_hf_id(source):
+        target = source.replace("/", "--")
+        return InferplaneError(
+            "a Hugging Face id, not a local directory: sizing reads its config.json and "
+            "inferplane never downloads", field=field, value=source,
+            fix=f"fetch only that file: `huggingface-cli download {source} config.json "
+            f"--local-dir models/{target}`, then set source: ./models/{target}",
+        )
+    return InferplaneError(
+        "no such directory", field=field, value=source,
+        fix="point source at the local model directory holding config.json "
+        "(`inferplane validate` lists every problem with its line)",
+    )

@@ -26,13 +26,17 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_KILO = re.compile(r"\s*(\d+)\s*[kK]\s*")  # "8k": a length written as people say it
+
+
 def _auto_or_positive_int(value: Any) -> int | str:
     if value == "auto" or (_is_int(value) and value > 0):
         return value
+    kilo = _KILO.fullmatch(value) if isinstance(value, str) else None
+    fix = (f'write the number itself: {int(kilo[1]) * 1024} ("k" is not read), or "auto"'
+           if kilo else 'use a whole number >= 1 (e.g. 2) or "auto" to let the planner choose')
     raise PydanticCustomError(
-        "auto_or_positive_int",
-        'must be a positive integer or "auto"',
-        {"fix": 'use a whole number >= 1 (e.g. 2) or "auto" to let the planner choose'},
+        "auto_or_positive_int", 'must be a positive integer or "auto"', {"fix": fix}
     )
 
 

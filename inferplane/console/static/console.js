@@ -255,3 +255,10 @@
   if (page === "charts") initCharts();
   if (page === "playground") initPlayground();
 })();
+
+// A replica's logs: the panel comes into view (hx-swap show:) and opens at the newest line.
+document.addEventListener("htmx:afterSwap", (ev) => {
+  if (ev.target && ev.target.id === "logs") {
+    ev.target.querySelectorAll("pre").forEach((pre) => { pre.scrollTop = pre.scrollHeight; });
+  }
+});

@@ -1,0 +1,14 @@
+"""How `status` and the console name an instance's GPUs (no heavy imports: `status`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def gpus_label(inst: Mapping[str, Any], instances: Sequence[Mapping[str, Any]]) -> str:
+    """`4,5,6,7`, or with the node first when the instances run on several nodes
+    (`node-b:4,5,6,7`): GPUs 4-7 of two nodes are not the same cards."""
+    gpus = ",".join(str(g) for g in inst.get("gpus") or []) or "-"
+    nodes = {i.get("node") for i in instances if i.get("node")}
+    return f"{inst['node']}:{gpus}" if len(nodes) > 1 and inst.get("node") else gpus
