@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from inferplane.engines.vllm import VllmArgs, build_vllm_argv, multinode_argvs
+from inferplane.engines.vllm import VllmArgs, build_vllm_argv, flag_problem, multinode_argvs
 from inferplane.engines.vllm.versions import era_of
 from inferplane.errors import InferplaneError
 from inferplane.estimator.memory import estimate_memory
@@ -33,6 +33,7 @@ from inferplane.planner.plan import (
     InstanceMemory,
     PlacementPolicy,
     Plan,
+    PlanObjective,
     PlanEndpoint,
     PlanGpu,
     PlanInstance,
@@ -49,6 +50,7 @@ from inferplane.planner.sizing import (
 )
 from inferplane.planner.solver import solve_around_spanning
 from inferplane.spec import FleetSpec, ModelSpec
+from inferplane.spec.planning import OBJECTIVES
 
 BASE_PORT = 8100
 DISCOVERED_NODE = "local"
@@ -68,10 +70,12 @@ def plan_fleet(
     profiles: Mapping[str, ModelProfile] | None = None,
     fleet_file: str = "",
     check_fixes: bool = True,
+    objective: PlanObjective | None = None,
 ) -> Plan:
     """Place every replica of every model of `fleet` on its GPUs (see docs/plan.md).
     `check_fixes`: plan again with each suggested fix of a refusal, printing only those
-    that plan (off inside that check)."""
+    that plan (off inside that check). `objective`: the fleet's `planning.objective`
+    unless given (`inferplane capacity` plans for the fewest GPUs)."""
     if not 0 < card_budget_fraction <= 1:
         raise InferplaneError(
             "must be in (0, 1]", field="card_budget_fraction", value=card_budget_fraction,
@@ -81,23 +85,29 @@ def plan_fleet(
         raise InferplaneError(
             "unknown placement policy", field="policy", value=policy, fix="binpack or spread"
         )
+    goal: PlanObjective = objective or fleet.planning.objective
+    if goal not in OBJECTIVES:
+        raise InferplaneError(
+            "unknown planning objective", field="planning.objective", value=goal,
+            fix=" or ".join(OBJECTIVES),
+        )
     slots, items, models, loaded = placement_problem(
         fleet, card_budget_fraction=card_budget_fraction, discovered=discovered,
         profiles=profiles, check_fixes=check_fixes,
     )
-    placement = place_greedy(items, slots, policy)
+    placement = place_greedy(items, slots, policy, objective=goal)
     if time_limit_s > 0 and (policy == "binpack" or not _perfect(placement, items)):
         solved = solve_around_spanning(items, slots, placement, time_limit_s=time_limit_s,
-                                       policy=policy)
+                                       policy=policy, objective=goal)
         if solved is not None:
             solved.notes = [n for n in placement.notes if n.startswith("solver")]
             placement = solved
     if placement.unplaced:
         refusal = explain.unplaced(placement, items, models, slots, fleet)
         raise refusal.error(_checked(fleet, refusal, policy, card_budget_fraction,
-                                     discovered, profiles, check_fixes))
+                                     discovered, profiles, check_fixes, goal))
     plan = _assemble(fleet, items, loaded, slots, placement, policy, card_budget_fraction,
-                     fleet_file)
+                     fleet_file, goal)
     if len(fleet.scaling.models) > 1:  # models the autoscaler may have to take turns
         from inferplane.planner.incremental import swap_report
 
@@ -168,6 +178,7 @@ def _checked(
     discovered: list[DiscoveredGpu] | None,
     profiles: Mapping[str, ModelProfile] | None,
     check: bool,
+    objective: PlanObjective | None = None,
 ) -> list[fixes.Fix]:
     """The refusal's fixes that make the fleet plan (unchecked when `check` is off: the
     caller is itself checking a fix and only needs to know that this fleet fails)."""
@@ -177,7 +188,7 @@ def _checked(
     def plans(changed: FleetSpec) -> Plan:
         return plan_fleet(changed, policy=policy, card_budget_fraction=budget,
                           time_limit_s=fixes.CHECK_TIME_LIMIT_S, discovered=discovered,
-                          profiles=profiles, check_fixes=False)
+                          profiles=profiles, check_fixes=False, objective=objective)
 
     return fixes.verified(fleet, refusal.fixes, plans)
 
@@ -275,9 +286,12 @@ def _assemble(
     policy: PlacementPolicy,
     budget: float,
     fleet_file: str,
+    objective: PlanObjective = "utilize",
 ) -> Plan:
     by_id = {item.id: item for item in items}
-    shares = share_cards(by_id, placement.choices, slots)
+    shares = share_cards(by_id, placement.choices, slots,
+                         kv_pool=kv_pool_supported(fleet.engine.version),
+                         alike=objective == "utilize")
     slot_of = {s.key: s for s in slots}
     models = {m.name: m for m in fleet.placed_models}
     ordered = sorted(items, key=lambda i: (i.order, i.replica))
@@ -308,6 +322,7 @@ def _assemble(
         engine=fleet.engine.kind,
         engine_version=fleet.engine.version,
         policy=policy,
+        objective=objective,
         card_budget_fraction=budget,
         instances=instances,
         gpus=gpus,
@@ -318,6 +333,12 @@ def _assemble(
         totals=totals,
         warnings=warnings,
     )
+
+
+def kv_pool_supported(version: str) -> bool:
+    """Whether co-located instances get `--kv-cache-memory-bytes` (vLLM 0.11+); before,
+    the utilization shares and the sequential start keep them apart."""
+    return flag_problem("kv-cache-memory-bytes", version) is None
 
 
 def plan_totals(gpus: list[PlanGpu], solver: str, optimal: bool) -> PlanTotals:

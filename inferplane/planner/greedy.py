@@ -150,25 +150,29 @@ def place_greedy(
     slots: list[Slot],
     policy: Policy = "binpack",
     fixed: dict[str, Choice] | None = None,
+    objective: str = "min_gpus",
 ) -> Placement:
     """Place `items`; those in `fixed` (running instances) keep their choice and are only
-    accounted for (incremental placement never moves them)."""
+    accounted for (incremental placement never moves them). `objective` "utilize" then
+    raises the replicas short of their demand onto the GPUs left free, a step at a time
+    in turn (so replicas of one model grow alike)."""
     fixed = fixed or {}
     by_id = {item.id: item for item in items}
-    demand_first = _pass(items, slots, policy, upgrade=False, fixed=fixed)
+    demand_first = _pass(items, slots, policy, upgrade=False, fixed=fixed, objective=objective)
     if not demand_first.unplaced and all(
         by_id[i].shape(c.gpu_type, c.tp).meets(c.units) for i, c in demand_first.choices.items()
     ):
         return demand_first
-    minimum_first = _pass(items, slots, policy, upgrade=True, fixed=fixed)
-    if quality(minimum_first, by_id, slots, policy) > quality(demand_first, by_id, slots, policy):
+    minimum_first = _pass(items, slots, policy, upgrade=True, fixed=fixed, objective=objective)
+    if (quality(minimum_first, by_id, slots, policy, objective)
+            > quality(demand_first, by_id, slots, policy, objective)):
         return minimum_first
     return demand_first
 
 
 def _pass(
     items: list[Item], slots: list[Slot], policy: Policy, *, upgrade: bool,
-    fixed: dict[str, Choice],
+    fixed: dict[str, Choice], objective: str = "min_gpus",
 ) -> Placement:
     state = PackState(slots)
     placement = Placement(solver="greedy")
@@ -190,6 +194,9 @@ def _pass(
                    _by_minimum if upgrade else _by_demand)
     if upgrade:
         _upgrade(state, placement, ordered, type_bytes, policy)
+    if objective == "utilize":
+        _raise_held(state, placement, [i for i in ordered if i.id not in fixed], type_bytes,
+                    policy)
     for item_id, choice in placement.choices.items():
         if item_id in fixed:
             continue
@@ -280,6 +287,61 @@ def _upgrade(
                 state.place(item, current, demand)  # its old place is always still free
                 placement.choices[item.id] = current
                 placement.unplaced.remove(item.id)
+
+
+MAX_RAISE_ROUNDS = 24  # share steps x TP sizes a replica may climb, with room to spare
+
+
+def _raise_held(
+    state: PackState,
+    placement: Placement,
+    ordered: list[Item],
+    type_bytes: dict[str, int],
+    policy: Policy,
+) -> None:
+    """`utilize`: while a replica short of its demand can hold more on what is free (a
+    larger share, a wider TP), move it up by the smallest step; every short replica takes
+    one step per round, the least held first, so replicas of one model grow alike."""
+    types = sorted(type_bytes, key=lambda t: (type_bytes[t], t))
+
+    def held(item: Item, option: Option) -> int:
+        return option.shape.held_permille(option.units, type_bytes[option.shape.gpu_type])
+
+    for _ in range(MAX_RAISE_ROUNDS):
+        moved = False
+        pending = [i for i in ordered if i.id in placement.choices and not i.spans_nodes
+                   and not _meets(i, placement.choices[i.id])]
+        now = {i.id: held(i, _option_of(i, placement.choices[i.id])) for i in pending}
+        for item in sorted(pending, key=lambda i: (now[i.id], i.order, i.replica)):
+            current = placement.choices[item.id]
+            better = sorted(
+                (held(item, o), o.shape.gpus, o.units, types.index(o.shape.gpu_type), n, o)
+                for n, o in enumerate(o for t in types if t in item.shapes
+                                      for o in item.options(t))
+                if held(item, o) > now[item.id]
+            )
+            if not better:
+                continue
+            demand = state.demands[item.id]
+            state.remove(item, current)
+            only = current if state.anchors_colocated(item, current) else None
+            for *_, option in better:
+                gpu_type = option.shape.gpu_type
+                found = _best_group(state, item, option, types.index(gpu_type),
+                                    type_bytes[gpu_type], policy, only)
+                if found is not None:
+                    state.place(item, found, option.demand(type_bytes[gpu_type]))
+                    placement.choices[item.id] = found
+                    moved = True
+                    break
+            else:
+                state.place(item, current, demand)  # its old place is always still free
+        if not moved:
+            return
+
+
+def _option_of(item: Item, choice: Choice) -> Option:
+    return Option(item.shape(choice.gpu_type, choice.tp), choice.units)
 
 
 def _by_held(option: Option, type_rank: int) -> tuple[int, ...]:
