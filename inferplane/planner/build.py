@@ -139,6 +139,8 @@ def placement_problem(
     models = [m for m in fleet.placed_models if m.replicas > 0]
     loaded = {m.name: _profile(m, profiles) for m in models}
     items: list[Item] = []
+    sharing = {m.name for m in models if m.placement.colocate_with} | {
+        name for m in models for name in m.placement.colocate_with}
     for order, model in enumerate(models):
         shapes: dict[str, tuple[Shape, ...]] = {}
         failures: list[SizingFailure] = []
@@ -150,7 +152,8 @@ def placement_problem(
             if isinstance(result, SizingFailure):
                 failures.append(result)
             else:
-                shapes[gpu_type] = tuple(result)
+                shapes[gpu_type] = tuple(
+                    replace(shape, colocated=model.name in sharing) for shape in result)
         if not shapes:
             refusal = explain.unsized(
                 model, loaded[model.name], failures, list(types.values()), fleet,
@@ -158,12 +161,14 @@ def placement_problem(
             )
             raise refusal.error(_checked(fleet, refusal, "binpack", card_budget_fraction,
                                          discovered, profiles, check_fixes))
+        partners = sum(m.replicas for m in models if m.name in model.placement.colocate_with)
         items += [
             Item(
                 id=f"{model.name}-{r}", model=model.name, replica=r, order=order,
                 shapes=shapes, nodes=allowed_nodes(model.placement),
                 exclusive=model.placement.exclusive,
                 colocate_with=tuple(model.placement.colocate_with),
+                colocate_count=partners,
             )
             for r in range(model.replicas)
         ]

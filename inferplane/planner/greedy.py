@@ -72,7 +72,7 @@ class PackState:
         return not any(o.exclusive or o.model == item.model for o in occupants)
 
     def joins_partner(self, item: Item, node: str, indices: tuple[int, ...]) -> bool:
-        if not item.colocate_with:
+        if not item.must_colocate:
             return True
         return any(
             o.model in item.colocate_with for i in indices for o in self.occupants[(node, i)]
@@ -128,7 +128,7 @@ class PackState:
         """Whether a co-located replica on these GPUs relies on `item` as its partner."""
         for key in choice.gpus():
             for other in self.occupants[key]:
-                if item.model not in other.colocate_with:
+                if item.model not in other.colocate_with or not other.must_colocate:
                     continue
                 partners = [o for k in choice.gpus() for o in self.occupants[k]
                             if o.model in other.colocate_with and o.id != item.id]

@@ -57,6 +57,14 @@ class Item:
     nodes: frozenset[str] | None  # placement.node
     exclusive: bool
     colocate_with: tuple[str, ...]
+    # How many replicas of the model must share a GPU with a partner: all of them, or as
+    # many as the partners have replicas (the rest go where they fit, P08 still holds).
+    colocate_count: int = 1_000_000
+
+    @property
+    def must_colocate(self) -> bool:
+        """Whether this replica needs a partner on its GPUs (the first `colocate_count`)."""
+        return bool(self.colocate_with) and self.replica < self.colocate_count
 
     def shape(self, gpu_type: str, tp: int) -> Shape:
         for shape in self.shapes[gpu_type]:

@@ -125,6 +125,9 @@ def solve(
     for node in nodes:
         model.add_bool_or([used[k] for k in used if k[0] == node]).only_enforce_if(
             node_used[node])
+    # Co-location: each replica shares a GPU with a partner, or (partners with fewer
+    # replicas) `colocate_count` of them do: a boolean per option for "placed with one".
+    joined: dict[str, list[object]] = defaultdict(list)
     for n, opt in enumerate(options):
         partners_of = first[opt.model].colocate_with
         if not partners_of:
@@ -133,10 +136,16 @@ def solve(
             m for index in opt.choice.indices for m in by_gpu[(opt.choice.node, index)]
             if options[m].model in partners_of
         })
-        if not partners:
-            model.add(var[n] == 0)
+        with_one = model.new_bool_var(f"c{n}")
+        model.add_implication(with_one, var[n])
+        if partners:
+            model.add_bool_or([var[m] for m in partners]).only_enforce_if(with_one)
         else:
-            model.add_bool_or([var[m] for m in partners]).only_enforce_if(var[n])
+            model.add(with_one == 0)
+        joined[opt.model].append(with_one)
+    for name, flags in joined.items():
+        need = min(len(classes[name]), first[name].colocate_count)
+        model.add(sum(flags) >= need)  # type: ignore[arg-type]
     # A sharing group (GPUs linked by a multi-GPU instance; one pod on Kubernetes) holds
     # at most one replica of each model. Aligned groups nest, so the occupied multi-GPU
     # groups are exactly what links GPUs; chains of unaligned ones are checked afterwards.
