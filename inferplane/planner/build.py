@@ -26,6 +26,7 @@ from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
 from inferplane.models.profile import ModelProfile
 from inferplane.planner import explain, fixes
+from inferplane.planner.advice import model_notes
 from inferplane.planner.colocation import CardShare, share_cards
 from inferplane.planner.greedy import allowed_nodes, place_greedy
 from inferplane.planner.placement import Choice, Item, Placement, Slot
@@ -33,10 +34,10 @@ from inferplane.planner.plan import (
     InstanceMemory,
     PlacementPolicy,
     Plan,
-    PlanObjective,
     PlanEndpoint,
     PlanGpu,
     PlanInstance,
+    PlanObjective,
     PlanRank,
     PlanTotals,
 )
@@ -320,6 +321,9 @@ def _assemble(
         )
         instances.append(instance)
         warnings += [w for w in notes if w not in warnings]
+    card_bytes = {s.gpu_type: s.total_bytes for s in slots}
+    warnings += [w for w in model_notes(instances, by_id, models, card_bytes, objective)
+                 if w not in warnings]
     gpus = gpu_table(slots, instances, budget, fleet.engine.version)
     totals = plan_totals(gpus, placement.solver, placement.optimal)
     return Plan(
@@ -383,8 +387,6 @@ def plan_instance(
     shape = item.shape(choice.gpu_type, choice.tp)
     slots = rank_slots[0]
     total = slots[0].total_bytes
-    if not shape.meets(share.units):
-        shape = replace(shape, wider=_wider(item, choice, shape, total))
     util = share.units / UNITS
     kv_bytes = shape.kv_bytes_at(share.units, total)
     settings = replace(
@@ -395,12 +397,6 @@ def plan_instance(
     est = estimate_memory(profile, settings, gpu=spec, gpu_memory_bytes=total)
     notes = list(shape.warnings) + [f"{item.id}: {e}" for e in est.errors]
     notes += [f"{model.name}: {w}" for w in est.warnings if not w.startswith("P09")]
-    if est.max_concurrency < shape.target_seqs:
-        notes.append(
-            f"P09: {item.id} holds {est.max_concurrency:.1f} concurrent requests of "
-            f"{est.max_model_len} tokens (max_num_seqs {est.max_num_seqs}); the rest queue"
-            + (f"; TP {shape.wider[0]} would hold {shape.wider[1]:.1f}" if shape.wider else "")
-        )
     if est.ranks:
         memories = [_rank_memory(est, rank, shape, profile) for rank in est.ranks]
         memory = memories[est.worst_rank]
@@ -481,15 +477,6 @@ def plan_instance(
         ranks=ranks,
     )
     return instance, notes
-
-
-def _wider(item: Item, choice: Choice, shape: Shape, total_bytes: int) -> tuple[int, float] | None:
-    """(TP, concurrency) of the widest shape on this GPU type when wider than the one
-    placed: what more GPUs would have held (P09)."""
-    widest = item.shapes[choice.gpu_type][-1]
-    if widest.tensor_parallel_size <= shape.tensor_parallel_size:
-        return None
-    return widest.tensor_parallel_size, widest.concurrency_at(widest.want_units, total_bytes)
 
 
 def _uuids(slots: list[Slot]) -> list[str] | None:

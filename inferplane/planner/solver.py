@@ -217,7 +217,8 @@ def solve(
         chosen = sorted(picked[name], key=lambda c: (order[c.node], c.indices, -c.units))
         for item, choice in zip(members, chosen, strict=True):
             result.choices[item.id] = choice
-    if quality(result, by_id, slots, policy, objective) < greedy_q or not replicas_apart(result, by_id):
+    if (quality(result, by_id, slots, policy, objective) < greedy_q
+            or not replicas_apart(result, by_id)):
         return None
     return result
 

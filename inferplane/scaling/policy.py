@@ -150,8 +150,8 @@ class ModelAutoscaler:
             if self.high_since is None:
                 self.high_since = now
             if (
-                (whole or obs.needed is not None and obs.needed > n
-                 and now - self.high_since >= p.scale_up_window_s)
+                (whole or (obs.needed is not None and obs.needed > n
+                 and now - self.high_since >= p.scale_up_window_s))
                 and n < b.max_replicas
                 and obs.starting == 0
                 and self._stable(now, self.last_down_at)
