@@ -310,6 +310,14 @@ def _size_at(
         candidates = rules.valid_tp_sizes(profile, limit=gpu.max_gpus_per_node)
     else:
         candidates = [model.tensor_parallel_size]
+        if model.tensor_parallel_size > gpu.max_gpus_per_node:  # a TP group is one node's
+            return SizingFailure(
+                gpu.name,
+                f"tensor_parallel_size {model.tensor_parallel_size} needs "
+                f"{model.tensor_parallel_size} {gpu.name} GPUs on one node; the largest "
+                f"{gpu.name} node has {gpu.max_gpus_per_node}",
+                None, None, pp,
+            )
     if pp > 1:
         candidates = [tp for tp in candidates if gpu.nodes_with(tp) >= pp]
         if not candidates:

@@ -189,6 +189,10 @@ def solve(
         lowest = [(sum(position[key] * v for key, v in used.items()),
                    len(position) * (len(position) + 1) // 2),
                   (gpu_sign * sum(node_used.values()), len(nodes))]
+    # Below GPUs and nodes, above the indices: fewer GPUs per replica at equal held demand
+    # (a small model takes TP > 1 only when that holds more of its demand).
+    widths = sum(opt.option.shape.gpus * var[n] for n, opt in enumerate(options))
+    lowest.insert(1, (widths, 8 * len(items)))
     weight, objective_expr = 1, 0
     for expr, span in [*lowest, *terms]:
         objective_expr += weight * expr
