@@ -302,7 +302,14 @@ def _assemble(
     models = {m.name: m for m in fleet.placed_models}
     ordered = sorted(items, key=lambda i: (i.order, i.replica))
     warnings: list[str] = list(placement.notes)
-    if not items:
+    from_zero = [m.name for m in fleet.placed_models
+                 if m.replicas == 0 and m.name in fleet.scaling.models]
+    if from_zero:
+        warnings.append(
+            f"{', '.join(from_zero)} start at 0 replicas (scale from zero): a replica is "
+            "placed when the first request arrives, on the room free then"
+        )
+    elif not items:
         routed = ", ".join(m.name for m in fleet.endpoint_models) or "none"
         warnings.append(
             "nothing to place: no model has a source and replicas >= 1; the plan holds "

@@ -59,6 +59,7 @@ class PackState:
         self.sealed: set[tuple[str, int]] = set()  # GPUs of replicas that span nodes
         self.demands: dict[str, int] = {}  # item id -> units it takes per GPU
         self.placed: dict[str, Choice] = {}
+        self.prefer_empty = False  # binpack scoring, but an empty GPU before a shared one
 
     def fits(self, item: Item, node: str, index: int, demand: int) -> bool:
         key = (node, index)
@@ -151,19 +152,23 @@ def place_greedy(
     policy: Policy = "binpack",
     fixed: dict[str, Choice] | None = None,
     objective: str = "min_gpus",
+    prefer_empty: bool = False,
 ) -> Placement:
     """Place `items`; those in `fixed` (running instances) keep their choice and are only
-    accounted for (incremental placement never moves them). `objective` "utilize" then
+    accounted for (incremental placement never moves them); `prefer_empty`: an empty GPU
+    before a shared one (the least contended card). `objective` "utilize" then
     raises the replicas short of their demand onto the GPUs left free, a step at a time
     in turn (so replicas of one model grow alike)."""
     fixed = fixed or {}
     by_id = {item.id: item for item in items}
-    demand_first = _pass(items, slots, policy, upgrade=False, fixed=fixed, objective=objective)
+    demand_first = _pass(items, slots, policy, upgrade=False, fixed=fixed, objective=objective,
+                         prefer_empty=prefer_empty)
     if not demand_first.unplaced and all(
         by_id[i].shape(c.gpu_type, c.tp).meets(c.units) for i, c in demand_first.choices.items()
     ):
         return demand_first
-    minimum_first = _pass(items, slots, policy, upgrade=True, fixed=fixed, objective=objective)
+    minimum_first = _pass(items, slots, policy, upgrade=True, fixed=fixed, objective=objective,
+                          prefer_empty=prefer_empty)
     if (quality(minimum_first, by_id, slots, policy, objective)
             > quality(demand_first, by_id, slots, policy, objective)):
         return minimum_first
@@ -172,9 +177,10 @@ def place_greedy(
 
 def _pass(
     items: list[Item], slots: list[Slot], policy: Policy, *, upgrade: bool,
-    fixed: dict[str, Choice], objective: str = "min_gpus",
+    fixed: dict[str, Choice], objective: str = "min_gpus", prefer_empty: bool = False,
 ) -> Placement:
     state = PackState(slots)
+    state.prefer_empty = prefer_empty
     placement = Placement(solver="greedy")
     type_bytes = {s.gpu_type: s.total_bytes for s in slots}
     for item in items:
@@ -483,6 +489,9 @@ def _score(
         load = sum(state.used[(node, i)] for i in group)
         return (0 if aligned else 1, type_rank, load, state.node_used[node], node_rank, *group)
     new_node = 1 if state.node_used[node] == 0 else 0
+    if state.prefer_empty:
+        load = sum(state.used[(node, i)] for i in group)
+        return (0 if aligned else 1, len(group) - opened, load, type_rank, node_rank, *group)
     return (0 if aligned else 1, opened, type_rank, new_node, left, node_rank, *group)
 
 

@@ -32,6 +32,17 @@ class FleetSpec(SpecModel):
     planning: PlanningSpec = Field(default_factory=PlanningSpec)
 
     @model_validator(mode="after")
+    def _start_from_zero(self) -> FleetSpec:
+        """A model scaled with `min_replicas: 0` and no `replicas` of its own starts at 0:
+        it takes no room until a request arrives (scale from zero, docs/scaling.md)."""
+        for model in self.models:
+            bounds = self.scaling.models.get(model.name)
+            if bounds is not None and bounds.min_replicas == 0 and (
+                    "replicas" not in model.model_fields_set):
+                model.replicas = 0
+        return self
+
+    @model_validator(mode="after")
     def _references(self) -> FleetSpec:
         issues = reference_issues(self)
         if issues:
