@@ -185,3 +185,22 @@ models:
 def test_an_unknown_objective_names_the_field() -> None:
     with pytest.raises(Exception, match="objective"):
         fleet(AUTO + "planning: {objective: cheapest}\n")
+
+
+def test_the_demo_plans_with_the_one_warning_its_file_explains() -> None:
+    """Issue 28/23: the shipped demo's own plan, and the README's words for it."""
+    from planner_fleets import ROOT
+
+    from inferplane.spec import load_fleet
+
+    demo = ROOT / "examples" / "demo.yaml"
+    plan = plan_fleet(load_fleet(demo))
+    (warning,) = plan.warnings
+    assert warning.startswith("P09: qwen3-32b-fp8: 2 of its 2 replicas hold")
+    assert "keeps one warning on purpose (P09)" in demo.read_text()
+    on = {i.id: i.gpu_indices for i in plan.instances}
+    assert {tuple(on["qwen3-32b-fp8-0"]), tuple(on["qwen3-32b-fp8-1"])} == {(0,), (1,)}
+    assert on["qwen2.5-7b-instruct-0"] == [2]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "each 32B replica a card with one embedding replica, cards 0 and 1, and the 7B " \
+           "card 2" in readme
