@@ -114,7 +114,7 @@ def print_plan(plan: Plan, console: Console) -> None:
     console.print(
         f"GPUs used {t.gpus_used} of {t.gpus_total} ({t.gpus_idle} idle); needed at peak "
         f"coexistence: {t.gpus_needed_at_peak}; memory efficiency {t.memory_efficiency:.1%}; "
-        f"fragmentation {t.fragmentation:.2f}; solver {t.solver}"
+        f"fragmentation {t.fragmentation:.2f}; objective {plan.objective}; solver {t.solver}"
         + (" (optimal)" if t.solver_optimal else "")
     )
     for warning in plan.warnings:
