@@ -74,10 +74,12 @@ def unsized(
         )
     if best.best_tp is None and best.best_estimate is None:  # refused before sizing
         field, value = f"models.{model.name}", model.source
+        value_any: object = value
         if best.reason.startswith("tensor_parallel_size"):
-            field, value = f"models.{model.name}.tensor_parallel_size", model.tensor_parallel_size
+            field = f"models.{model.name}.tensor_parallel_size"
+            value_any = model.tensor_parallel_size
         return Refusal(f"{model.name} does not fit any GPU of the inventory: {best.reason}",
-                       field=field, value=value, fixes=fixes)
+                       field=field, value=value_any, fixes=fixes)
     return Refusal(
         f"{model.name} does not fit any GPU of the inventory: {best.reason}; {got}",
         field=f"models.{model.name}", value=model.source, fixes=fixes,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from inferplane.planner.placement import (
     Choice,
@@ -39,6 +40,9 @@ from inferplane.planner.placement import (
     node_groups,
     quality,
 )
+
+if TYPE_CHECKING:
+    from ortools.sat.python.cp_model import CpModel, IntVar
 
 MAX_OPTIONS = 60_000  # larger models are left to greedy (the time limit would be all build)
 # When greedy already met every demand, the solver can only save GPUs: a smaller model size
@@ -127,7 +131,7 @@ def solve(
             node_used[node])
     # Co-location: each replica shares a GPU with a partner, or (partners with fewer
     # replicas) `colocate_count` of them do: a boolean per option for "placed with one".
-    joined: dict[str, list[object]] = defaultdict(list)
+    joined: dict[str, list[IntVar]] = defaultdict(list)
     for n, opt in enumerate(options):
         partners_of = first[opt.model].colocate_with
         if not partners_of:
@@ -145,7 +149,7 @@ def solve(
         joined[opt.model].append(with_one)
     for name, flags in joined.items():
         need = min(len(classes[name]), first[name].colocate_count)
-        model.add(sum(flags) >= need)  # type: ignore[arg-type]
+        model.add(sum(flags) >= need)
     # A sharing group (GPUs linked by a multi-GPU instance; one pod on Kubernetes) holds
     # at most one replica of each model. Aligned groups nest, so the occupied multi-GPU
     # groups are exactly what links GPUs; chains of unaligned ones are checked afterwards.
@@ -193,7 +197,8 @@ def solve(
     # (a small model takes TP > 1 only when that holds more of its demand).
     widths = sum(opt.option.shape.gpus * var[n] for n, opt in enumerate(options))
     lowest.insert(1, (widths, 8 * len(items)))
-    weight, objective_expr = 1, 0
+    weight = 1
+    objective_expr: Any = 0
     for expr, span in [*lowest, *terms]:
         objective_expr += weight * expr
         weight *= 2 * span + 1  # a term may range over [-span, span]
@@ -291,15 +296,12 @@ def solve_around_spanning(
 
 
 def _alike_terms(
-    model: object, classes: dict[str, list[Item]], options: list[_Var], var: list[object]
-) -> list[object]:
+    model: CpModel, classes: dict[str, list[Item]], options: list[_Var], var: list[IntVar]
+) -> list[IntVar]:
     """One boolean per model with several replicas, true when its replicas are not sized
     alike: the (shape, share) options it uses include two whose KV pools differ by more
     than ALIKE_RATIO."""
-    from ortools.sat.python import cp_model
-
-    assert isinstance(model, cp_model.CpModel)
-    flags: list[object] = []
+    flags: list[IntVar] = []
     for name, members in classes.items():
         if len(members) < 2:
             continue
@@ -317,7 +319,7 @@ def _alike_terms(
         for key, ns in keyed.items():
             chosen = model.new_bool_var(f"k{name}:{key}")
             for n in ns:
-                model.add_implication(var[n], chosen)  # type: ignore[arg-type]
+                model.add_implication(var[n], chosen)
             picked[key] = chosen
         flag = model.new_bool_var(f"u{name}")
         keys = sorted(keyed)
