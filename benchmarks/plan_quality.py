@@ -202,10 +202,12 @@ def main() -> None:
             row["held"] += held
             row["fewer met"] += met < oracle.met
             row["more GPUs at equal met"] += met == oracle.met and gpus > oracle.gpus
-            row["more unalike at equal met"] += met == oracle.met and unalike > oracle.unalike
-            row["less held at equal met+alike"] += (
-                met == oracle.met and unalike == oracle.unalike
-                and held < oracle.held - 10 * len(items))
+            if args.objective == "utilize":  # not what min_gpus optimises
+                row["more unalike at equal met"] += (met == oracle.met
+                                                     and unalike > oracle.unalike)
+                row["less held at equal met+alike"] += (
+                    met == oracle.met and unalike == oracle.unalike
+                    and held < oracle.held - 10 * len(items))
     seconds = time.perf_counter() - started
     console = Console(width=max(Console().width, 160))
     summary = Table(title=f"{counts['fleets']} generated fleets (seed {args.seed}, "

@@ -9,7 +9,8 @@ type and TP - at a card share) and the best feasible GPU group for it:
 * `binpack` (default, P15): reuse partly used GPUs and nodes, best fit on what is left,
   so whole nodes stay free for 8-GPU models; `spread`: the least loaded GPUs and nodes;
 * hints: `placement.node`, `placement.gpu_type` (via the item's shapes), `exclusive`
-  (nothing else on its GPUs), `colocate_with` (shares a GPU with one of those models);
+  (nothing else on its GPUs), `colocate_with` (shares a GPU with one of those models -
+  as many replicas as the partners have; the rest go where they fit);
 * two replicas of one model never share a GPU (a replica is for availability), nor a
   sharing group: GPUs linked by instances that share them (one pod on Kubernetes);
 * a replica that spans nodes (pipeline stages) takes one TP group of empty GPUs on each of

@@ -7,7 +7,8 @@ allowed nodes. Replicas of one model are interchangeable, so they share their va
 the options picked for a model add up to its replica count, and no GPU holds two of them
 (symmetry the solver would otherwise have to explore). Constraints: per-GPU capacity in
 card units with CUDA contexts (P01), exclusivity, co-location (each replica shares a GPU
-with an instance of a partner model).
+with an instance of a partner model - or, when the partners have fewer replicas, that many
+of them do).
 
 The objective, lexicographic by weights, `min_gpus`: replicas meeting their demand; then
 (binpack) fewest GPUs - or (spread) most GPUs; then demand held in total (percent per
