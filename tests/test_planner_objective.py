@@ -204,3 +204,24 @@ def test_the_demo_plans_with_the_one_warning_its_file_explains() -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "each 32B replica a card with one embedding replica, cards 0 and 1, and the 7B " \
            "card 2" in readme
+
+
+def test_alike_replicas_may_need_a_node_greedy_left_empty() -> None:
+    """Found by benchmarks/plan_quality.py: every demand met (a fixed utilization), so the
+    solver only polished greedy's nodes - an L4 and an H100, 2.8 vs 12.3 requests - while
+    the H100 and an A100 hold both alike."""
+    text = """
+gpus:
+  nodes:
+    - {name: node-0, gpu_type: L4, count: 1}
+    - {name: node-1, gpu_type: H100, count: 1}
+    - {name: node-2, gpu_type: A100-80GB, count: 2}
+models:
+  - {name: embed, source: Qwen--Qwen3-Embedding-0.6B, task: embed, replicas: 2,
+     max_model_len: 16384, max_num_seqs: 64, tensor_parallel_size: 1,
+     gpu_memory_utilization: 0.3}
+"""
+    plan = plan_fleet(fleet(text))
+    assert {i.node for i in plan.instances} == {"node-1", "node-2"}
+    _alike_per_model(plan)
+    assert not any("more than 25% apart" in w for w in plan.warnings)

@@ -40,6 +40,7 @@ from inferplane.planner.placement import (
     alike,
     node_groups,
     quality,
+    unalike_models,
 )
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ def solve(
     by_id = {item.id: item for item in items}
     greedy_q = quality(greedy, by_id, slots, policy, objective)
     perfect = not greedy.unplaced and greedy_q[1] == len(items)
+    if objective == "utilize" and unalike_models(greedy, by_id, slots):
+        perfect = False  # alike replicas may need nodes and shares greedy did not use
     used_nodes = {node for c in greedy.choices.values() for node, _ in c.groups()}
     modelled = [s for s in slots if s.node in used_nodes] if perfect else slots
     classes = _classes(items)
