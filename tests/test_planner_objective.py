@@ -4,8 +4,10 @@ as regression tests (issue 25)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from planner_fleets import fleet
+from planner_fleets import MODELS, fleet
 
 from inferplane.errors import InferplaneError
 from inferplane.planner import Plan, plan_fleet
@@ -225,3 +227,26 @@ models:
     assert {i.node for i in plan.instances} == {"node-1", "node-2"}
     _alike_per_model(plan)
     assert not any("more than 25% apart" in w for w in plan.warnings)
+
+
+def test_plan_cli_prints_the_objective_and_takes_one(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(PINNED.replace("source: ", f"source: {MODELS}/"), encoding="utf-8")
+    env = {**os.environ, "COLUMNS": "200", "INFERPLANE_STATE_DIR": str(tmp_path / "state")}
+
+    def plan(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "inferplane", "plan", str(path), *args],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    rented = plan("--objective", "min_gpus", "--out", str(tmp_path / "plan.json"),
+                  "--time-limit-s", "1")
+    assert rented.returncode == 0, rented.stderr
+    assert "objective min_gpus" in rented.stdout
+    assert json.loads((tmp_path / "plan.json").read_text())["objective"] == "min_gpus"
+    bad = plan("--objective", "cheap")
+    assert bad.returncode == 2 and "--objective" in bad.stdout + bad.stderr
