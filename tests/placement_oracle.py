@@ -11,10 +11,17 @@ group) to every replica, under the placement rules written out again here:
   that share them (one pod on Kubernetes); an exclusive replica's GPUs hold nothing
   else; a replica with `colocate_with` shares a GPU with an instance of one of those models.
 
-Objective, as the planner states it: every replica placed, then the most replicas meeting
-their demand, then the fewest GPUs. For that objective two shares per shape suffice (the
-smallest that meets the demand, and the minimum: any other share only takes more room for
-the same score), which keeps the search small enough to be exhaustive.
+Objectives, as the planner states them (`placement.quality`), over the packed shares:
+
+* `min_gpus`: every replica placed, then the most replicas meeting their demand, then the
+  fewest GPUs. Two shares per shape suffice there (the smallest that meets the demand, and
+  the minimum: any other share only takes more room for the same score);
+* `utilize`: every replica placed, the most replicas meeting their demand, the fewest
+  models whose replicas are not sized alike (`placement.alike`), the most demand held
+  (permille per replica), the fewest GPUs. Every share step is searched.
+
+A `colocate_with` model needs a partner on the GPUs of as many of its replicas as the
+partners have replicas (`Item.colocate_count`).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from inferplane.planner.placement import Item, Slot
+from inferplane.planner.placement import Item, Slot, alike
 
 
 class TooBig(Exception):
@@ -35,6 +42,8 @@ class OracleOption:
     demand: int  # card units on each of them
     meets: bool
     label: str
+    held: int = 0  # permille of the demand held
+    concurrency: float = 0.0  # requests of max_model_len held (sizing alike)
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,13 @@ class OracleResult:
     met: int
     gpus: int
     assignment: dict[str, OracleOption]
+    held: int = 0
+    unalike: int = 0
+
+    def score(self, objective: str) -> tuple[int, ...]:
+        if objective == "utilize":
+            return (self.met, -self.unalike, self.held, -self.gpus)
+        return (self.met, -self.gpus)
 
 
 def _groups(indices: list[int], tp: int) -> list[tuple[int, ...]]:
@@ -49,7 +65,8 @@ def _groups(indices: list[int], tp: int) -> list[tuple[int, ...]]:
     return [tuple(ordered[s:s + tp]) for s in range(0, len(ordered) - tp + 1, tp)]
 
 
-def options_of(item: Item, slots: list[Slot]) -> list[OracleOption]:
+def options_of(item: Item, slots: list[Slot], objective: str = "min_gpus"
+               ) -> list[OracleOption]:
     by_node: dict[tuple[str, str], list[Slot]] = defaultdict(list)
     for slot in slots:
         by_node[(slot.node, slot.gpu_type)].append(slot)
@@ -62,6 +79,8 @@ def options_of(item: Item, slots: list[Slot]) -> list[OracleOption]:
             steps = shape.share_steps()
             meeting = [u for u in steps if shape.meets(u)]
             shares = {min(steps)} | ({min(meeting)} if meeting else set())
+            if objective == "utilize":
+                shares = set(steps)
             for units in sorted(shares):
                 demand = units + shape.outside_units_for(total)
                 for group in _groups([s.index for s in node_slots],
@@ -69,29 +88,37 @@ def options_of(item: Item, slots: list[Slot]) -> list[OracleOption]:
                     out.append(OracleOption(
                         tuple((node, i) for i in group), demand, shape.meets(units),
                         f"{gpu_type} TP {shape.tensor_parallel_size} @{units} on {node}{group}",
+                        shape.held_permille(units, total), shape.concurrency_at(units, total),
                     ))
     return out
 
 
-def best_placement(items: list[Item], slots: list[Slot], *, budget: int = 300_000
-                   ) -> OracleResult | None:
+def best_placement(items: list[Item], slots: list[Slot], *, budget: int = 300_000,
+                   objective: str = "min_gpus") -> OracleResult | None:
     """The best assignment, or None when no assignment places every replica."""
     capacity = {s.key: s.capacity_units for s in slots}
     ordered = sorted(items, key=lambda i: (i.order, i.replica))
-    options = [options_of(item, slots) for item in ordered]
+    options = [options_of(item, slots, objective) for item in ordered]
     used = dict.fromkeys(capacity, 0)
     holders: dict[tuple[str, int], list[Item]] = {k: [] for k in capacity}
     chosen: list[int] = []
     best: list[OracleResult] = []
     steps = [0]
+    utilize = objective == "utilize"
 
     def colocation_ok() -> bool:
-        for item, n in zip(ordered, chosen, strict=True):
-            if item.colocate_with and not any(
-                o.model in item.colocate_with for key in options[ordered.index(item)][n].gpus
+        joined: dict[str, int] = defaultdict(int)
+        for k, (item, n) in enumerate(zip(ordered, chosen, strict=True)):
+            if item.colocate_with and any(
+                o.model in item.colocate_with for key in options[k][n].gpus
                 for o in holders[key]
             ):
-                return False
+                joined[item.model] += 1
+        for item in ordered:
+            if item.colocate_with:
+                count = sum(1 for i in ordered if i.model == item.model)
+                if joined[item.model] < min(count, item.colocate_count):
+                    return False
         return True
 
     def replicas_apart() -> bool:
@@ -108,22 +135,34 @@ def best_placement(items: list[Item], slots: list[Slot], *, budget: int = 300_00
                 return False
         return True
 
-    def visit(depth: int, met: int) -> None:
+    def unalike() -> int:
+        held: dict[str, list[float]] = defaultdict(list)
+        for k, n in enumerate(chosen):
+            held[ordered[k].model].append(options[k][n].concurrency)
+        return sum(1 for values in held.values() if not alike(values))
+
+    def visit(depth: int, met: int, held: int) -> None:
         steps[0] += 1
         if steps[0] > budget:
             raise TooBig
         gpus = sum(1 for h in holders.values() if h)
+        left = len(ordered) - depth
         if best:
-            top = best[0]
-            left = len(ordered) - depth
-            if met + left < top.met or (met + left == top.met and gpus >= top.gpus):
+            # an upper bound on what this branch can still reach (GPUs and unalike models
+            # only grow as replicas are added)
+            top = best[0].score(objective)
+            if utilize:
+                bound: tuple[int, ...] = (met + left, -unalike(), held + 1000 * left, -gpus)
+            else:
+                bound = (met + left, -gpus)
+            if bound <= top:
                 return
         if depth == len(ordered):
             if colocation_ok() and replicas_apart():
                 result = OracleResult(met, gpus, {
                     item.id: options[k][n] for k, (item, n) in enumerate(zip(ordered, chosen,
                                                                                strict=True))
-                })
+                }, held, unalike())
                 best[:] = [result]
             return
         item = ordered[depth]
@@ -140,13 +179,13 @@ def best_placement(items: list[Item], slots: list[Slot], *, budget: int = 300_00
                 used[key] += option.demand
                 holders[key].append(item)
             chosen.append(n)
-            visit(depth + 1, met + option.meets)
+            visit(depth + 1, met + option.meets, held + option.held)
             chosen.pop()
             for key in option.gpus:
                 used[key] -= option.demand
                 holders[key].pop()
 
-    visit(0, 0)
+    visit(0, 0, 0)
     return best[0] if best else None
 
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from inferplane.estimator import rules
 from inferplane.estimator.memory import AUTO_MAX_MODEL_LEN, estimate_memory
 from inferplane.estimator.rules import valid_tp_sizes
 from inferplane.estimator.types import EngineSettings
@@ -233,6 +234,20 @@ def test_high_utilization_warns_p06() -> None:
         gqa_profile(), EngineSettings(max_model_len=4096, gpu_memory_utilization=0.95), gpu=H100
     )
     assert any(w.startswith("P06") for w in est.warnings)
+
+
+def test_vllm_default_utilization_warns_only_with_a_reason_of_the_model() -> None:
+    """Issue 28/15: vLLM 0.21+ defaults to 0.92, above the generic 0.90 band; an estimate
+    at that default says nothing, unless the model needs the lower band (FP8, 30B+)."""
+    at_default = EngineSettings(max_model_len=4096, gpu_memory_utilization=0.92,
+                                vllm_version="0.21.0")
+    est = estimate_memory(gqa_profile(), at_default, gpu=H100)
+    assert not any(w.startswith("P06") for w in est.warnings), est.warnings
+    old = dataclasses.replace(at_default, vllm_version="0.10.2")  # default there is 0.90
+    assert any(w.startswith("P06") for w in estimate_memory(gqa_profile(), old,
+                                                             gpu=H100).warnings)
+    big_fp8 = rules.utilization_warnings(0.92, True, 70_000_000_000, vllm_default=0.92)
+    assert big_fp8 and "30B+" in big_fp8[0]
 
 
 def test_weights_larger_than_budget_do_not_fit() -> None:

@@ -118,3 +118,41 @@ scaling:
     assert swaps == [w for w in swaps if "day and night" in w] and len(swaps) == 1
     bigger = plan_fleet(fleet(swap.replace("count: 1", "count: 2")))
     assert not [w for w in bigger.warnings if w.startswith("swap:")]
+
+
+def test_a_new_replica_takes_an_empty_card_before_a_busy_one() -> None:
+    """Owned GPUs (utilize): the scale-up (or a start from zero) goes to the least
+    contended card; a plan for the fewest GPUs (min_gpus) still packs it next to q8."""
+    spec = fleet(SHARED)
+    plan = plan_fleet(spec)
+    (q8,) = plan.instances
+    (embed,) = add_replicas(spec, plan, "embed", 1).instances_of("embed")
+    assert embed.gpu_indices != q8.gpu_indices and not embed.shares_gpu_with
+    rented = plan_fleet(spec, objective="min_gpus")
+    (packed,) = add_replicas(spec, rented, "embed", 1).instances_of("embed")
+    assert packed.gpu_indices == rented.instances[0].gpu_indices
+
+
+def test_models_started_from_zero_are_not_reported_as_a_swap_when_both_fit() -> None:
+    """`up` printed "batch and chat cannot be awake together" with cards idle: placing the
+    second model failed on the first one's zero replicas in the fleet, not on room."""
+    from inferplane.scaling.placement import not_awake_together, planner_placer
+
+    text = """
+gpus:
+  nodes: [{name: n1, gpu_type: L4, count: 4}]
+models:
+  - {name: chat, source: Qwen--Qwen3-8B, max_model_len: 4096, max_num_seqs: 4}
+  - {name: batch, source: Qwen--Qwen3-8B, max_model_len: 4096, max_num_seqs: 4}
+scaling:
+  models:
+    chat: {min_replicas: 0, max_replicas: 1}
+    batch: {min_replicas: 0, max_replicas: 1}
+"""
+    spec = fleet(text)
+    plan = plan_fleet(spec)
+    assert plan.instances == [] and not [w for w in plan.warnings if w.startswith("swap:")]
+    assert not_awake_together(spec, plan, ["batch", "chat"], planner_placer()) == []
+    one = fleet(text.replace("count: 4", "count: 1"))
+    assert not_awake_together(one, plan_fleet(one), ["batch", "chat"],
+                              planner_placer()) == [("batch", "chat")]

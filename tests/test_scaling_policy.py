@@ -32,13 +32,45 @@ def test_scale_up_only_after_the_signal_holds_for_the_window() -> None:
     assert "5 waiting per replica (target 2)" in d.reason and "window 10 s" in d.reason
 
 
-def test_a_dip_restarts_the_up_window() -> None:
+def test_a_dip_does_not_restart_the_window_while_the_mean_stays_above_target() -> None:
     s = _scaler()
     assert s.observe(0, busy(1, 5)) is None
-    assert s.observe(6, busy(1, 1)) is None  # below target: the window starts over
-    assert s.observe(12, busy(1, 5)) is None
-    assert s.observe(21.9, busy(1, 5)) is None
-    assert s.observe(22, busy(1, 5)) is not None
+    assert s.observe(6, busy(1, 1)) is None  # below target, but the window's mean is 3
+    d = s.observe(10, busy(1, 5))
+    assert d is not None and d.action == "scale_up" and "mean 3.67" in d.reason
+
+
+def test_one_spike_in_a_quiet_window_does_not_scale_up() -> None:
+    s = _scaler()
+    for t in range(0, 30):
+        assert s.observe(float(t), busy(1, 12 if t == 15 else 0)) is None
+
+
+def test_a_bursty_load_scales_up_within_two_windows() -> None:
+    """Bursts of 16 requests with short gaps (on/off well under the window): 8 waiting per
+    replica on average against a target of 5. The old rule (above target at every sample
+    of the window) never moved; the window's mean does."""
+    policy = ScalingPolicy(target_waiting_requests=5, scale_up_window_s=60,
+                           scale_down_window_s=600, stabilization_s=300)
+    s = _scaler(policy=policy)
+    decision = None
+    t = 0.0
+    while t <= 120 and decision is None:
+        waiting = 16 if int(t) % 10 < 5 else 0  # 5 s bursts, 5 s gaps
+        decision = s.observe(t, busy(1, waiting))
+        t += 1.0
+    assert decision is not None and decision.action == "scale_up", decision
+    assert decision.at <= 2 * policy.scale_up_window_s
+
+
+def test_a_window_is_observed_again_at_the_new_replica_count() -> None:
+    s = _scaler(policy=ScalingPolicy(target_waiting_requests=2, scale_up_window_s=10,
+                                     scale_down_window_s=30, stabilization_s=1))
+    s.observe(0, busy(1, 9))
+    assert s.observe(10, busy(1, 9)) is not None
+    assert s.observe(11, busy(2, 9)) is None  # two replicas now: a fresh window
+    assert s.observe(20.9, busy(2, 9)) is None
+    assert s.observe(21, busy(2, 9)) is not None
 
 
 def test_no_second_replica_while_one_is_starting_and_never_above_max() -> None:

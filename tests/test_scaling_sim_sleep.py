@@ -81,6 +81,7 @@ models:
   - name: chat
     source: Qwen--Qwen3-8B
     max_model_len: 4096
+    replicas: 1
 scaling:
   models:
     chat: {{min_replicas: 0, max_replicas: 1, sleep: {{level: 2}}}}

@@ -23,6 +23,7 @@ models:
     source: Qwen--Qwen3-8B
     max_model_len: 4096
     max_num_seqs: 4
+    replicas: 1
   - name: night
     source: Qwen--Qwen3-8B
     max_model_len: 4096
@@ -78,6 +79,38 @@ async def test_two_models_that_do_not_fit_together_swap_on_demand(tmp_path: Path
         assert 'inferplane_model_cold_starts_total{kind="wake",model="day"}' in metrics
         assert 'inferplane_model_cold_starts_total{kind="start",model="night"} 1.0' in metrics
         assert len(rt.plan.instances) == 2  # both placed; one awake at a time
+    finally:
+        await rt.drain_and_stop()
+
+
+FROM_ZERO = SWAP.replace("    replicas: 1\n", "").replace("    replicas: 0\n", "")
+
+
+async def test_scale_from_zero_models_larger_than_the_inventory_plan_and_start(
+    tmp_path: Path,
+) -> None:
+    """`min_replicas: 0` without `replicas`: both start at 0 (was: "placed 0 of 1"), the
+    plan names the swap set, and each is started by its first request."""
+    spec = fleet(FROM_ZERO)
+    assert [m.replicas for m in spec.models] == [0, 0]
+    from inferplane.planner import plan_fleet
+
+    plan = plan_fleet(spec)
+    assert plan.instances == []
+    swaps = [w for w in plan.warnings if w.startswith("swap:")]
+    assert len(swaps) == 1 and "day and night" in swaps[0]
+    assert not any(w.startswith("nothing to place") for w in plan.warnings)
+    rt = Runtime(spec, RuntimeOptions(
+        state_dir=tmp_path / "state", gateway_port=0, settings=FAST, grace_period_s=10,
+        tenancy=False, control=False, scaling_interval_s=0.05,
+    ))
+    await rt.start()
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+            assert (await _ask(client, rt.gateway_url, "night")).status_code == 200
+            assert rt.awake_replicas("night") == ["night-0"]
+            assert (await _ask(client, rt.gateway_url, "day")).status_code == 200
+            assert rt.awake_replicas("day") == ["day-0"]
     finally:
         await rt.drain_and_stop()
 

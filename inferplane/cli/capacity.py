@@ -29,7 +29,8 @@ def _verify(fragment: dict[str, Any]) -> str:
 
     try:
         fleet = parse_fleet(yaml.safe_dump(fragment, sort_keys=False), filename="fragment")
-        plan = plan_fleet(fleet, time_limit_s=1.0, check_fixes=False)
+        # capacity planning: the fewest GPUs that hold the fragment (GPUs to rent)
+        plan = plan_fleet(fleet, time_limit_s=1.0, check_fixes=False, objective="min_gpus")
     except InferplaneError as exc:
         return f"plan refuses it: {exc.render()}"
     return f"inferplane plan accepts it: {plan.totals.gpus_used} GPU(s) used"

@@ -32,6 +32,11 @@ def plan(
     card_budget: float = typer.Option(
         0.95, "--card-budget", help="Fraction of each card the plan may use (P01)."
     ),
+    objective: str | None = typer.Option(
+        None, "--objective", show_default=False,
+        help="utilize (GPUs you own) or min_gpus (GPUs you rent); default: the fleet's "
+             "planning.objective.",
+    ),
 ) -> None:
     """Size every model, place every replica, print the per-GPU memory split. Exit 2 with
     what would make it fit when it does not."""
@@ -42,6 +47,11 @@ def plan(
     if time_limit_s < 0:
         raise InferplaneError(
             "must be >= 0", field="--time-limit-s", value=time_limit_s, fix="e.g. 5"
+        )
+    if objective not in (None, "utilize", "min_gpus"):
+        raise InferplaneError(
+            "unknown objective", field="--objective", value=objective,
+            fix="use utilize or min_gpus",
         )
     from inferplane.gpus.discovery import discover_gpus
     from inferplane.planner.build import plan_fleet
@@ -56,6 +66,8 @@ def plan(
         time_limit_s=time_limit_s,
         discovered=discovered,
         fleet_file=str(fleet_file),
+        objective="min_gpus" if objective == "min_gpus" else
+        "utilize" if objective == "utilize" else None,
     )
     text = result.model_dump_json(indent=2)
     if out is not None:
@@ -118,7 +130,7 @@ def print_plan(plan: Plan, console: Console) -> None:
     console.print(
         f"GPUs used {t.gpus_used} of {t.gpus_total} ({t.gpus_idle} idle); needed at peak "
         f"coexistence: {t.gpus_needed_at_peak}; memory efficiency {t.memory_efficiency:.1%}; "
-        f"fragmentation {t.fragmentation:.2f}; solver {t.solver}"
+        f"fragmentation {t.fragmentation:.2f}; objective {plan.objective}; solver {t.solver}"
         + (" (optimal)" if t.solver_optimal else "")
     )
     for warning in plan.warnings:

@@ -16,7 +16,12 @@ import math
 from dataclasses import dataclass
 
 from inferplane.engines.vllm.defaults import default_batch_limits
-from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION, era_of, parse_version
+from inferplane.engines.vllm.versions import (
+    DEFAULT_VLLM_VERSION,
+    default_gpu_memory_utilization,
+    era_of,
+    parse_version,
+)
 from inferplane.errors import InferplaneError
 from inferplane.estimator import overheads, rules
 from inferplane.estimator.kv_cache import (
@@ -345,6 +350,7 @@ def estimate_memory(
     warnings += rules.utilization_warnings(
         util, fmt.quantized_bytes_per_param <= 1.01 and fmt.quantization is not None,
         profile.params.total,
+        default_gpu_memory_utilization(settings.vllm_version or DEFAULT_VLLM_VERSION),
     )
     if concurrency and concurrency < 1 <= max_num_seqs and not errors:
         warnings.append(f"P09: fewer than one request fits at {max_len} tokens")

@@ -96,11 +96,16 @@ def fp8_support_messages(
 
 
 def utilization_warnings(
-    utilization: float, weights_quantized_8bit: bool, total_params: int
+    utilization: float, weights_quantized_8bit: bool, total_params: int,
+    vllm_default: float | None = None,
 ) -> list[str]:
-    """P06: headroom for activations and fragmentation under real load."""
+    """P06: headroom for activations and fragmentation under real load. vLLM's own
+    default (`vllm_default`, 0.92 from 0.21) is not warned about unless the model has a
+    reason of its own for a lower band (8-bit weights of 30B+ parameters)."""
     big = total_params >= 30_000_000_000
     safe = 0.85 if (weights_quantized_8bit and big) else 0.90
+    if safe == 0.90 and vllm_default is not None and abs(utilization - vllm_default) < 1e-9:
+        return []
     if utilization > safe:
         kind = "FP8 models of 30B+" if safe == 0.85 else "this model"
         return [

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from inferplane.engines.vllm import VllmArgs
+from inferplane.engines.vllm import VllmArgs, flag_problem
 from inferplane.engines.vllm.engine import ENGINE as VLLM
 from inferplane.engines.vllm.versions import era_of
 from inferplane.errors import InferplaneError
@@ -28,6 +28,7 @@ from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
 from inferplane.models.profile import ModelProfile
 from inferplane.planner import explain, fixes
+from inferplane.planner.advice import model_notes
 from inferplane.planner.colocation import CardShare, share_cards
 from inferplane.planner.greedy import allowed_nodes, place_greedy
 from inferplane.planner.placement import Choice, Item, Placement, Slot
@@ -38,6 +39,7 @@ from inferplane.planner.plan import (
     PlanEndpoint,
     PlanGpu,
     PlanInstance,
+    PlanObjective,
     PlanRank,
     PlanTotals,
 )
@@ -51,6 +53,7 @@ from inferplane.planner.sizing import (
 )
 from inferplane.planner.solver import solve_around_spanning
 from inferplane.spec import FleetSpec, ModelSpec
+from inferplane.spec.planning import OBJECTIVES
 from inferplane.spec.sources import missing_source_error
 
 BASE_PORT = 8100
@@ -71,10 +74,12 @@ def plan_fleet(
     profiles: Mapping[str, ModelProfile] | None = None,
     fleet_file: str = "",
     check_fixes: bool = True,
+    objective: PlanObjective | None = None,
 ) -> Plan:
     """Place every replica of every model of `fleet` on its GPUs (see docs/plan.md).
     `check_fixes`: plan again with each suggested fix of a refusal, printing only those
-    that plan (off inside that check)."""
+    that plan (off inside that check). `objective`: the fleet's `planning.objective`
+    unless given (`inferplane capacity` plans for the fewest GPUs)."""
     if not 0 < card_budget_fraction <= 1:
         raise InferplaneError(
             "must be in (0, 1]", field="card_budget_fraction", value=card_budget_fraction,
@@ -84,23 +89,29 @@ def plan_fleet(
         raise InferplaneError(
             "unknown placement policy", field="policy", value=policy, fix="binpack or spread"
         )
+    goal: PlanObjective = objective or fleet.planning.objective
+    if goal not in OBJECTIVES:
+        raise InferplaneError(
+            "unknown planning objective", field="planning.objective", value=goal,
+            fix=" or ".join(OBJECTIVES),
+        )
     slots, items, models, loaded = placement_problem(
         fleet, card_budget_fraction=card_budget_fraction, discovered=discovered,
         profiles=profiles, check_fixes=check_fixes,
     )
-    placement = place_greedy(items, slots, policy)
+    placement = place_greedy(items, slots, policy, objective=goal)
     if time_limit_s > 0 and (policy == "binpack" or not _perfect(placement, items)):
         solved = solve_around_spanning(items, slots, placement, time_limit_s=time_limit_s,
-                                       policy=policy)
+                                       policy=policy, objective=goal)
         if solved is not None:
             solved.notes = [n for n in placement.notes if n.startswith("solver")]
             placement = solved
     if placement.unplaced:
         refusal = explain.unplaced(placement, items, models, slots, fleet)
         raise refusal.error(_checked(fleet, refusal, policy, card_budget_fraction,
-                                     discovered, profiles, check_fixes))
+                                     discovered, profiles, check_fixes, goal))
     plan = _assemble(fleet, items, loaded, slots, placement, policy, card_budget_fraction,
-                     fleet_file)
+                     fleet_file, goal)
     if len(fleet.scaling.models) > 1:  # models the autoscaler may have to take turns
         from inferplane.planner.incremental import swap_report
 
@@ -132,6 +143,8 @@ def placement_problem(
     models = [m for m in fleet.placed_models if m.replicas > 0]
     loaded = {m.name: _profile(m, profiles) for m in models}
     items: list[Item] = []
+    sharing = {m.name for m in models if m.placement.colocate_with} | {
+        name for m in models for name in m.placement.colocate_with}
     for order, model in enumerate(models):
         shapes: dict[str, tuple[Shape, ...]] = {}
         failures: list[SizingFailure] = []
@@ -143,7 +156,8 @@ def placement_problem(
             if isinstance(result, SizingFailure):
                 failures.append(result)
             else:
-                shapes[gpu_type] = tuple(result)
+                shapes[gpu_type] = tuple(
+                    replace(shape, colocated=model.name in sharing) for shape in result)
         if not shapes:
             refusal = explain.unsized(
                 model, loaded[model.name], failures, list(types.values()), fleet,
@@ -151,12 +165,14 @@ def placement_problem(
             )
             raise refusal.error(_checked(fleet, refusal, "binpack", card_budget_fraction,
                                          discovered, profiles, check_fixes))
+        partners = sum(m.replicas for m in models if m.name in model.placement.colocate_with)
         items += [
             Item(
                 id=f"{model.name}-{r}", model=model.name, replica=r, order=order,
                 shapes=shapes, nodes=allowed_nodes(model.placement),
                 exclusive=model.placement.exclusive,
                 colocate_with=tuple(model.placement.colocate_with),
+                colocate_count=partners,
             )
             for r in range(model.replicas)
         ]
@@ -171,6 +187,7 @@ def _checked(
     discovered: list[DiscoveredGpu] | None,
     profiles: Mapping[str, ModelProfile] | None,
     check: bool,
+    objective: PlanObjective | None = None,
 ) -> list[fixes.Fix]:
     """The refusal's fixes that make the fleet plan (unchecked when `check` is off: the
     caller is itself checking a fix and only needs to know that this fleet fails)."""
@@ -180,7 +197,7 @@ def _checked(
     def plans(changed: FleetSpec) -> Plan:
         return plan_fleet(changed, policy=policy, card_budget_fraction=budget,
                           time_limit_s=fixes.CHECK_TIME_LIMIT_S, discovered=discovered,
-                          profiles=profiles, check_fixes=False)
+                          profiles=profiles, check_fixes=False, objective=objective)
 
     return fixes.verified(fleet, refusal.fixes, plans)
 
@@ -280,14 +297,24 @@ def _assemble(
     policy: PlacementPolicy,
     budget: float,
     fleet_file: str,
+    objective: PlanObjective = "utilize",
 ) -> Plan:
     by_id = {item.id: item for item in items}
-    shares = share_cards(by_id, placement.choices, slots)
+    shares = share_cards(by_id, placement.choices, slots,
+                         kv_pool=kv_pool_supported(fleet.engine.version),
+                         alike=objective == "utilize")
     slot_of = {s.key: s for s in slots}
     models = {m.name: m for m in fleet.placed_models}
     ordered = sorted(items, key=lambda i: (i.order, i.replica))
     warnings: list[str] = list(placement.notes)
-    if not items:
+    from_zero = [m.name for m in fleet.placed_models
+                 if m.replicas == 0 and m.name in fleet.scaling.models]
+    if from_zero:
+        warnings.append(
+            f"{', '.join(from_zero)} start at 0 replicas (scale from zero): a replica is "
+            "placed when the first request arrives, on the room free then"
+        )
+    elif not items:
         routed = ", ".join(m.name for m in fleet.endpoint_models) or "none"
         warnings.append(
             "nothing to place: no model has a source and replicas >= 1; the plan holds "
@@ -306,6 +333,9 @@ def _assemble(
         )
         instances.append(instance)
         warnings += [w for w in notes if w not in warnings]
+    card_bytes = {s.gpu_type: s.total_bytes for s in slots}
+    warnings += [w for w in model_notes(instances, by_id, models, card_bytes, objective)
+                 if w not in warnings]
     gpus = gpu_table(slots, instances, budget, fleet.engine.version)
     totals = plan_totals(gpus, placement.solver, placement.optimal)
     return Plan(
@@ -313,6 +343,7 @@ def _assemble(
         engine=fleet.engine.kind,
         engine_version=fleet.engine.version,
         policy=policy,
+        objective=objective,
         card_budget_fraction=budget,
         instances=instances,
         gpus=gpus,
@@ -323,6 +354,12 @@ def _assemble(
         totals=totals,
         warnings=warnings,
     )
+
+
+def kv_pool_supported(version: str) -> bool:
+    """Whether co-located instances get `--kv-cache-memory-bytes` (vLLM 0.11+); before,
+    the utilization shares and the sequential start keep them apart."""
+    return flag_problem("kv-cache-memory-bytes", version) is None
 
 
 def plan_totals(gpus: list[PlanGpu], solver: str, optimal: bool) -> PlanTotals:
@@ -362,8 +399,6 @@ def plan_instance(
     shape = item.shape(choice.gpu_type, choice.tp)
     slots = rank_slots[0]
     total = slots[0].total_bytes
-    if not shape.meets(share.units):
-        shape = replace(shape, wider=_wider(item, choice, shape, total))
     util = share.units / UNITS
     kv_bytes = shape.kv_bytes_at(share.units, total)
     settings = replace(
@@ -374,12 +409,6 @@ def plan_instance(
     est = estimate_memory(profile, settings, gpu=spec, gpu_memory_bytes=total)
     notes = list(shape.warnings) + [f"{item.id}: {e}" for e in est.errors]
     notes += [f"{model.name}: {w}" for w in est.warnings if not w.startswith("P09")]
-    if est.max_concurrency < shape.target_seqs:
-        notes.append(
-            f"P09: {item.id} holds {est.max_concurrency:.1f} concurrent requests of "
-            f"{est.max_model_len} tokens (max_num_seqs {est.max_num_seqs}); the rest queue"
-            + (f"; TP {shape.wider[0]} would hold {shape.wider[1]:.1f}" if shape.wider else "")
-        )
     if est.ranks:
         memories = [_rank_memory(est, rank, shape, profile) for rank in est.ranks]
         memory = memories[est.worst_rank]
@@ -457,15 +486,6 @@ def plan_instance(
         ranks=ranks,
     )
     return instance, notes
-
-
-def _wider(item: Item, choice: Choice, shape: Shape, total_bytes: int) -> tuple[int, float] | None:
-    """(TP, concurrency) of the widest shape on this GPU type when wider than the one
-    placed: what more GPUs would have held (P09)."""
-    widest = item.shapes[choice.gpu_type][-1]
-    if widest.tensor_parallel_size <= shape.tensor_parallel_size:
-        return None
-    return widest.tensor_parallel_size, widest.concurrency_at(widest.want_units, total_bytes)
 
 
 def _uuids(slots: list[Slot]) -> list[str] | None:

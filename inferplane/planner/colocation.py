@@ -9,12 +9,17 @@ Instances are packed at the card share placement chose for them (between their m
 and their want); afterwards each grows toward its want, largest weights first, as far as
 every card of its TP group allows - never beyond it.
 
-Co-located instances also get an explicit KV pool (`--kv-cache-memory-bytes`): vLLM sizes
-its pool from whole-device free-memory deltas, which another process on the card distorts
-(vLLM issues 10643, 14376). The pool is the instance's share minus its non-KV memory and
-vLLM's own 150 MiB redundancy buffer (`sizing.REDUNDANCY_BYTES`). They start one after
-another, largest first (`start_after`), so each start-up check sees the memory the earlier
-ones hold.
+Co-located instances also get an explicit KV pool (`--kv-cache-memory-bytes`, vLLM 0.11+):
+vLLM sizes its pool from whole-device free-memory deltas, which another process on the card
+distorts (vLLM issues 10643, 14376). The pool is the instance's share minus its non-KV
+memory and vLLM's own 150 MiB redundancy buffer (`sizing.REDUNDANCY_BYTES`). They start one
+after another, largest first (`start_after`), so each start-up check sees the memory the
+earlier ones hold - before 0.11 (no such flag) that sequential start and the utilization
+shares are what keep them apart.
+
+Under the `utilize` objective replicas of one model are then sized alike: none keeps a KV
+pool more than `placement.ALIKE_RATIO` above the smallest of its model's (what it gives up
+is left to the other instances on its cards).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from inferplane.planner.placement import Choice, Item, Slot
+from inferplane.planner.placement import ALIKE_RATIO, Choice, Item, Slot
 
 
 @dataclass(frozen=True)
@@ -42,8 +47,13 @@ def share_cards(
     choices: dict[str, Choice],
     slots: list[Slot],
     frozen: frozenset[str] = frozenset(),
+    *,
+    kv_pool: bool = True,
+    alike: bool = False,
 ) -> dict[str, CardShare]:
-    """Every instance's share; `frozen` ones (running) keep theirs and do not grow."""
+    """Every instance's share; `frozen` ones (running) keep theirs and do not grow.
+    `kv_pool`: the engine takes `--kv-cache-memory-bytes` (vLLM 0.11+); `alike`: cap each
+    replica's growth at ALIKE_RATIO times its model's smallest KV pool."""
     slot_of = {s.key: s for s in slots}
     on_gpu: dict[tuple[str, int], list[str]] = defaultdict(list)
     for item_id, choice in choices.items():
@@ -51,16 +61,23 @@ def share_cards(
             on_gpu[key].append(item_id)
     units = {item_id: choice.units for item_id, choice in choices.items()}
     order = sorted(choices, key=lambda i: weights_rank(items[i], choices[i]))
-    for item_id in order:
-        if item_id in frozen:
-            continue
-        choice = choices[item_id]
-        shape = items[item_id].shape(choice.gpu_type, choice.tp)
-        room = min(
-            _room(key, item_id, on_gpu, units, items, choices, slot_of)
-            for key in choice.gpus()
-        )
-        units[item_id] = max(units[item_id], min(shape.want_units, room))
+    caps: dict[str, int] = {}
+    for _ in range(2 if alike else 1):
+        for item_id in order:
+            if item_id in frozen:
+                continue
+            choice = choices[item_id]
+            shape = items[item_id].shape(choice.gpu_type, choice.tp)
+            room = min(
+                _room(key, item_id, on_gpu, units, items, choices, slot_of)
+                for key in choice.gpus()
+            )
+            top = min(shape.want_units, caps.get(item_id, shape.want_units))
+            units[item_id] = max(units[item_id], min(top, room))
+        if alike:
+            caps = _alike_caps(items, choices, units, slot_of, frozen)
+            for item_id, cap in caps.items():
+                units[item_id] = min(units[item_id], cap)
     shares: dict[str, CardShare] = {}
     for item_id in sorted(choices):
         choice = choices[item_id]
@@ -68,7 +85,7 @@ def share_cards(
             {m for key in choice.gpus() for m in on_gpu[key] if m != item_id}
         )
         kv: int | None = None
-        if mates:
+        if mates and kv_pool:
             shape = items[item_id].shape(choice.gpu_type, choice.tp)
             total = slot_of[(choice.node, choice.indices[0])].total_bytes
             kv = shape.kv_bytes_at(units[item_id], total)
@@ -78,6 +95,42 @@ def share_cards(
         )
         shares[item_id] = CardShare(units[item_id], kv, tuple(mates), tuple(sorted(before)))
     return shares
+
+
+def _alike_caps(
+    items: dict[str, Item],
+    choices: dict[str, Choice],
+    units: dict[str, int],
+    slot_of: dict[tuple[str, int], Slot],
+    frozen: frozenset[str],
+) -> dict[str, int]:
+    """Per replica, the largest share that keeps its KV pool within ALIKE_RATIO of the
+    smallest replica of its model (never below the share it was placed at)."""
+    held: dict[str, dict[str, float]] = defaultdict(dict)
+    for item_id, choice in choices.items():
+        shape = items[item_id].shape(choice.gpu_type, choice.tp)
+        total = slot_of[(choice.node, choice.indices[0])].total_bytes
+        held[items[item_id].model][item_id] = shape.concurrency_at(units[item_id], total)
+    caps: dict[str, int] = {}
+    for replicas in held.values():
+        if len(replicas) < 2:
+            continue
+        ceiling = ALIKE_RATIO * min(replicas.values())
+        for item_id, value in replicas.items():
+            if value <= ceiling or item_id in frozen:
+                continue
+            choice = choices[item_id]
+            shape = items[item_id].shape(choice.gpu_type, choice.tp)
+            total = slot_of[(choice.node, choice.indices[0])].total_bytes
+            low, high = choice.units, units[item_id]  # the largest share at or under it
+            while low < high:
+                mid = (low + high + 1) // 2
+                if shape.concurrency_at(mid, total) <= ceiling:
+                    low = mid
+                else:
+                    high = mid - 1
+            caps[item_id] = low
+    return caps
 
 
 def _room(

@@ -72,6 +72,14 @@ def unsized(
             f" ({best.best_estimate.weights_gib:.1f} GiB of weights per GPU of "
             f"{best.best_estimate.total_memory_gib:.1f} GiB)"
         )
+    if best.best_tp is None and best.best_estimate is None:  # refused before sizing
+        field, value = f"models.{model.name}", model.source
+        value_any: object = value
+        if best.reason.startswith("tensor_parallel_size"):
+            field = f"models.{model.name}.tensor_parallel_size"
+            value_any = model.tensor_parallel_size
+        return Refusal(f"{model.name} does not fit any GPU of the inventory: {best.reason}",
+                       field=field, value=value_any, fixes=fixes)
     return Refusal(
         f"{model.name} does not fit any GPU of the inventory: {best.reason}; {got}",
         field=f"models.{model.name}", value=model.source, fixes=fixes,
@@ -258,6 +266,18 @@ def suggestions(
     out: list[Fix] = []
     base = base_settings(model, version)
     biggest = max(types, key=lambda t: (t.total_bytes, t.name))
+    widest = max(t.max_gpus_per_node for t in types)
+    tp = model.tensor_parallel_size
+    if isinstance(tp, int) and tp > widest:  # a TP group never spans nodes: PP does
+        stages = -(-tp // widest)
+        out.append(Fix(
+            f"tensor_parallel_size: {widest} and pipeline_parallel_size: {stages} (TP "
+            f"{widest} on each of {stages} nodes)",
+            with_model(name, tensor_parallel_size=widest, pipeline_parallel_size=stages),
+        ))
+        out.append(Fix("tensor_parallel_size: auto (at most one node's GPUs)",
+                       with_model(name, tensor_parallel_size="auto")))
+        return out
     length = _longest_length(profile, base, biggest, budget_fraction)
     for _ in range(4):  # the auto-fit ignores headroom: shorten until the planner accepts it
         if not length or not base.max_model_len or length >= base.max_model_len:

@@ -9,7 +9,8 @@ type and TP - at a card share) and the best feasible GPU group for it:
 * `binpack` (default, P15): reuse partly used GPUs and nodes, best fit on what is left,
   so whole nodes stay free for 8-GPU models; `spread`: the least loaded GPUs and nodes;
 * hints: `placement.node`, `placement.gpu_type` (via the item's shapes), `exclusive`
-  (nothing else on its GPUs), `colocate_with` (shares a GPU with one of those models);
+  (nothing else on its GPUs), `colocate_with` (shares a GPU with one of those models -
+  as many replicas as the partners have; the rest go where they fit);
 * two replicas of one model never share a GPU (a replica is for availability), nor a
   sharing group: GPUs linked by instances that share them (one pod on Kubernetes);
 * a replica that spans nodes (pipeline stages) takes one TP group of empty GPUs on each of
@@ -59,6 +60,7 @@ class PackState:
         self.sealed: set[tuple[str, int]] = set()  # GPUs of replicas that span nodes
         self.demands: dict[str, int] = {}  # item id -> units it takes per GPU
         self.placed: dict[str, Choice] = {}
+        self.prefer_empty = False  # binpack scoring, but an empty GPU before a shared one
 
     def fits(self, item: Item, node: str, index: int, demand: int) -> bool:
         key = (node, index)
@@ -72,7 +74,7 @@ class PackState:
         return not any(o.exclusive or o.model == item.model for o in occupants)
 
     def joins_partner(self, item: Item, node: str, indices: tuple[int, ...]) -> bool:
-        if not item.colocate_with:
+        if not item.must_colocate:
             return True
         return any(
             o.model in item.colocate_with for i in indices for o in self.occupants[(node, i)]
@@ -128,7 +130,7 @@ class PackState:
         """Whether a co-located replica on these GPUs relies on `item` as its partner."""
         for key in choice.gpus():
             for other in self.occupants[key]:
-                if item.model not in other.colocate_with:
+                if item.model not in other.colocate_with or not other.must_colocate:
                     continue
                 partners = [o for k in choice.gpus() for o in self.occupants[k]
                             if o.model in other.colocate_with and o.id != item.id]
@@ -150,27 +152,36 @@ def place_greedy(
     slots: list[Slot],
     policy: Policy = "binpack",
     fixed: dict[str, Choice] | None = None,
+    objective: str = "min_gpus",
+    prefer_empty: bool = False,
 ) -> Placement:
     """Place `items`; those in `fixed` (running instances) keep their choice and are only
-    accounted for (incremental placement never moves them)."""
+    accounted for (incremental placement never moves them); `prefer_empty`: an empty GPU
+    before a shared one (the least contended card). `objective` "utilize" then
+    raises the replicas short of their demand onto the GPUs left free, a step at a time
+    in turn (so replicas of one model grow alike)."""
     fixed = fixed or {}
     by_id = {item.id: item for item in items}
-    demand_first = _pass(items, slots, policy, upgrade=False, fixed=fixed)
+    demand_first = _pass(items, slots, policy, upgrade=False, fixed=fixed, objective=objective,
+                         prefer_empty=prefer_empty)
     if not demand_first.unplaced and all(
         by_id[i].shape(c.gpu_type, c.tp).meets(c.units) for i, c in demand_first.choices.items()
     ):
         return demand_first
-    minimum_first = _pass(items, slots, policy, upgrade=True, fixed=fixed)
-    if quality(minimum_first, by_id, slots, policy) > quality(demand_first, by_id, slots, policy):
+    minimum_first = _pass(items, slots, policy, upgrade=True, fixed=fixed, objective=objective,
+                          prefer_empty=prefer_empty)
+    if (quality(minimum_first, by_id, slots, policy, objective)
+            > quality(demand_first, by_id, slots, policy, objective)):
         return minimum_first
     return demand_first
 
 
 def _pass(
     items: list[Item], slots: list[Slot], policy: Policy, *, upgrade: bool,
-    fixed: dict[str, Choice],
+    fixed: dict[str, Choice], objective: str = "min_gpus", prefer_empty: bool = False,
 ) -> Placement:
     state = PackState(slots)
+    state.prefer_empty = prefer_empty
     placement = Placement(solver="greedy")
     type_bytes = {s.gpu_type: s.total_bytes for s in slots}
     for item in items:
@@ -190,6 +201,9 @@ def _pass(
                    _by_minimum if upgrade else _by_demand)
     if upgrade:
         _upgrade(state, placement, ordered, type_bytes, policy)
+    if objective == "utilize":
+        _raise_held(state, placement, [i for i in ordered if i.id not in fixed], type_bytes,
+                    policy)
     for item_id, choice in placement.choices.items():
         if item_id in fixed:
             continue
@@ -280,6 +294,61 @@ def _upgrade(
                 state.place(item, current, demand)  # its old place is always still free
                 placement.choices[item.id] = current
                 placement.unplaced.remove(item.id)
+
+
+MAX_RAISE_ROUNDS = 24  # share steps x TP sizes a replica may climb, with room to spare
+
+
+def _raise_held(
+    state: PackState,
+    placement: Placement,
+    ordered: list[Item],
+    type_bytes: dict[str, int],
+    policy: Policy,
+) -> None:
+    """`utilize`: while a replica short of its demand can hold more on what is free (a
+    larger share, a wider TP), move it up by the smallest step; every short replica takes
+    one step per round, the least held first, so replicas of one model grow alike."""
+    types = sorted(type_bytes, key=lambda t: (type_bytes[t], t))
+
+    def held(item: Item, option: Option) -> int:
+        return option.shape.held_permille(option.units, type_bytes[option.shape.gpu_type])
+
+    for _ in range(MAX_RAISE_ROUNDS):
+        moved = False
+        pending = [i for i in ordered if i.id in placement.choices and not i.spans_nodes
+                   and not _meets(i, placement.choices[i.id])]
+        now = {i.id: held(i, _option_of(i, placement.choices[i.id])) for i in pending}
+        for item in sorted(pending, key=lambda i: (now[i.id], i.order, i.replica)):
+            current = placement.choices[item.id]
+            better = sorted(
+                (held(item, o), o.shape.gpus, o.units, types.index(o.shape.gpu_type), n, o)
+                for n, o in enumerate(o for t in types if t in item.shapes
+                                      for o in item.options(t))
+                if held(item, o) > now[item.id]
+            )
+            if not better:
+                continue
+            demand = state.demands[item.id]
+            state.remove(item, current)
+            only = current if state.anchors_colocated(item, current) else None
+            for *_, option in better:
+                gpu_type = option.shape.gpu_type
+                found = _best_group(state, item, option, types.index(gpu_type),
+                                    type_bytes[gpu_type], policy, only)
+                if found is not None:
+                    state.place(item, found, option.demand(type_bytes[gpu_type]))
+                    placement.choices[item.id] = found
+                    moved = True
+                    break
+            else:
+                state.place(item, current, demand)  # its old place is always still free
+        if not moved:
+            return
+
+
+def _option_of(item: Item, choice: Choice) -> Option:
+    return Option(item.shape(choice.gpu_type, choice.tp), choice.units)
 
 
 def _by_held(option: Option, type_rank: int) -> tuple[int, ...]:
@@ -421,6 +490,9 @@ def _score(
         load = sum(state.used[(node, i)] for i in group)
         return (0 if aligned else 1, type_rank, load, state.node_used[node], node_rank, *group)
     new_node = 1 if state.node_used[node] == 0 else 0
+    if state.prefer_empty:
+        load = sum(state.used[(node, i)] for i in group)
+        return (0 if aligned else 1, len(group) - opened, load, type_rank, node_rank, *group)
     return (0 if aligned else 1, opened, type_rank, new_node, left, node_rank, *group)
 
 

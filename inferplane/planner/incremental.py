@@ -31,6 +31,7 @@ from inferplane.planner.build import (
     Ports,
     gpu_table,
     inventory_slots,
+    kv_pool_supported,
     placement_problem,
     plan_instance,
     plan_totals,
@@ -68,8 +69,13 @@ def add_replicas(
         )
     current = plan.instances_of(model)
     # Size the model once (every replica is identical); the fleet's other models too, for
-    # the running instances' shapes.
+    # the running instances' shapes - also those the fleet starts at 0 replicas (scale
+    # from zero) that run now.
     sized = with_model(model, replicas=max(1, len(current)))(fleet)
+    running_models = {inst.model for inst in plan.instances} - {model}
+    sized = sized.model_copy(update={"models": [
+        m.model_copy(update={"replicas": 1}) if m.name in running_models and m.replicas == 0
+        else m for m in sized.models]})
     slots, items, _, loaded = placement_problem(
         sized, card_budget_fraction=plan.card_budget_fraction, discovered=discovered,
         profiles=profiles,
@@ -97,7 +103,10 @@ def add_replicas(
                 f"{item.id} runs a shape the planner no longer gives this model",
                 field="plan", value=item.id, fix="plan the fleet again",
             )
-    placement = place_greedy(running + new, slots, plan.policy, fixed=fixed)
+    # Owned GPUs (utilize): a new replica takes an empty card before a busy one, in the
+    # shape its siblings run (no wider TP for more held: replicas stay alike).
+    placement = place_greedy(running + new, slots, plan.policy, fixed=fixed,
+                             prefer_empty=plan.objective == "utilize")
     missing = [i.id for i in new if i.id not in placement.choices]
     if missing:
         smallest = min((s for shapes in template[model].shapes.values() for s in shapes),
@@ -110,7 +119,8 @@ def add_replicas(
             fix="stop an idle replica of another model first, or add GPUs",
         )
     by_id = {item.id: item for item in running + new}
-    shares = share_cards(by_id, placement.choices, slots, frozen=frozenset(fixed))
+    shares = share_cards(by_id, placement.choices, slots, frozen=frozenset(fixed),
+                         kv_pool=kv_pool_supported(fleet.engine.version))
     slot_of = {s.key: s for s in slots}
     port = max([i.port for i in plan.instances], default=BASE_PORT - 1) + 1
     added: list[PlanInstance] = []

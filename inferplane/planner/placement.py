@@ -57,6 +57,14 @@ class Item:
     nodes: frozenset[str] | None  # placement.node
     exclusive: bool
     colocate_with: tuple[str, ...]
+    # How many replicas of the model must share a GPU with a partner: all of them, or as
+    # many as the partners have replicas (the rest go where they fit, P08 still holds).
+    colocate_count: int = 1_000_000
+
+    @property
+    def must_colocate(self) -> bool:
+        """Whether this replica needs a partner on its GPUs (the first `colocate_count`)."""
+        return bool(self.colocate_with) and self.replica < self.colocate_count
 
     def shape(self, gpu_type: str, tp: int) -> Shape:
         for shape in self.shapes[gpu_type]:
@@ -123,15 +131,43 @@ class Placement:
 
 
 Quality = tuple[int, ...]
+# Replicas of one model count as sized alike when the largest KV pool is at most this much
+# above the smallest (requests of max_model_len held, so across TP sizes and GPU types).
+ALIKE_RATIO = 1.25
+
+
+def alike(held: list[float]) -> bool:
+    """Whether replicas holding `held` requests each are sized alike (ALIKE_RATIO)."""
+    return not held or max(held) <= ALIKE_RATIO * min(held) + 1e-9
+
+
+def unalike_models(
+    placement: Placement, items: dict[str, Item], slots: list[Slot]
+) -> list[str]:
+    """Models whose placed replicas are not sized alike, at their packed shares."""
+    total = {s.key: s.total_bytes for s in slots}
+    held: dict[str, list[float]] = {}
+    for item_id, choice in placement.choices.items():
+        item = items[item_id]
+        shape = item.shape(choice.gpu_type, choice.tp)
+        held.setdefault(item.model, []).append(
+            shape.concurrency_at(choice.units, total[(choice.node, choice.indices[0])]))
+    return sorted(m for m, values in held.items() if len(values) > 1 and not alike(values))
 
 
 def quality(
-    placement: Placement, items: dict[str, Item], slots: list[Slot], policy: str = "binpack"
+    placement: Placement, items: dict[str, Item], slots: list[Slot], policy: str = "binpack",
+    objective: str = "min_gpus",
 ) -> Quality:
     """The objective, better when larger: replicas placed, replicas meeting their demand,
-    then (binpack) fewest GPUs, demand held in total (1/1,000 per replica), fewest nodes;
-    (spread, which does not minimise GPUs) demand held. GPUs rank above demand held so a
-    demand no shape can meet does not take every free GPU for a little more of it."""
+    then
+
+    * `min_gpus` (GPUs rented): (binpack) fewest GPUs, demand held in total (1/1,000 per
+      replica), fewest nodes; (spread, which does not minimise GPUs) demand held. GPUs rank
+      above demand held so a demand no shape can meet does not take every free GPU;
+    * `utilize` (GPUs owned): models whose replicas are sized alike, demand held, then
+      (binpack) fewest GPUs and most nodes: an owned GPU stays idle only when no replica
+      would hold more with it."""
     total = {s.key: s.total_bytes for s in slots}
     met = held = 0
     for item_id, choice in placement.choices.items():
@@ -139,6 +175,11 @@ def quality(
         met += shape.meets(choice.units)
         held += shape.held_permille(choice.units, total[(choice.node, choice.indices[0])])
     placed = len(placement.choices)
+    if objective == "utilize":
+        unalike = len(unalike_models(placement, items, slots))
+        if policy == "spread":
+            return (placed, met, -unalike, held)
+        return (placed, met, -unalike, held, -placement.gpus_used(), placement.nodes_used())
     if policy == "spread":
         return (placed, met, held)
     return (placed, met, -placement.gpus_used(), held, -placement.nodes_used())

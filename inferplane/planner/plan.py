@@ -17,6 +17,7 @@ from inferplane.engines.base import LEADER_ADDRESS_TOKEN
 PLAN_SCHEMA_VERSION = 1
 
 PlacementPolicy = Literal["binpack", "spread"]
+PlanObjective = Literal["utilize", "min_gpus"]  # inferplane.spec.planning.Objective
 
 
 class _PlanModel(BaseModel):
@@ -134,6 +135,9 @@ class Plan(_PlanModel):
     engine: Literal["vllm", "sim"]
     engine_version: str
     policy: PlacementPolicy
+    # What the planner optimised once every replica was placed (docs/plan.md); plans
+    # written before the field existed were planned for the fewest GPUs.
+    objective: PlanObjective = "min_gpus"
     card_budget_fraction: float
     instances: list[PlanInstance]
     gpus: list[PlanGpu]

@@ -104,12 +104,18 @@ class Shape:
     # meet (a larger TP may be needed). vLLM's default is a cap, not a demand: then the
     # demand is this shape's `want` (the safe band), which TP cannot raise.
     explicit_seqs: bool = False
+    # The model shares GPUs by design (colocate_with, either side). Without an explicit
+    # max_num_seqs it then asks for no more than one request's room: the want of a card
+    # of its own is no demand on a card it is meant to share.
+    colocated: bool = False
 
     @property
     def demand_units(self) -> int:
         """The card share at which this replica meets its demand (may exceed the card)."""
-        if self.fixed_utilization or not self.explicit_seqs:
+        if self.fixed_utilization:
             return self.want_units
+        if not self.explicit_seqs:
+            return self.min_units if self.colocated else self.want_units
         return self.full_units
 
     def meets(self, units: int) -> bool:
@@ -304,6 +310,14 @@ def _size_at(
         candidates = rules.valid_tp_sizes(profile, limit=gpu.max_gpus_per_node)
     else:
         candidates = [model.tensor_parallel_size]
+        if model.tensor_parallel_size > gpu.max_gpus_per_node:  # a TP group is one node's
+            return SizingFailure(
+                gpu.name,
+                f"tensor_parallel_size {model.tensor_parallel_size} needs "
+                f"{model.tensor_parallel_size} {gpu.name} GPUs on one node; the largest "
+                f"{gpu.name} node has {gpu.max_gpus_per_node}",
+                None, None, pp,
+            )
     if pp > 1:
         candidates = [tp for tp in candidates if gpu.nodes_with(tp) >= pp]
         if not candidates:

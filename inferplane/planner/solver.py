@@ -7,12 +7,15 @@ allowed nodes. Replicas of one model are interchangeable, so they share their va
 the options picked for a model add up to its replica count, and no GPU holds two of them
 (symmetry the solver would otherwise have to explore). Constraints: per-GPU capacity in
 card units with CUDA contexts (P01), exclusivity, co-location (each replica shares a GPU
-with an instance of a partner model).
+with an instance of a partner model - or, when the partners have fewer replicas, that many
+of them do).
 
-The objective, lexicographic by weights: replicas meeting their demand; then (binpack)
-fewest GPUs - or (spread) most GPUs; then demand held in total (percent per replica, so a
-shortfall is spread); then fewest nodes and low indices. Every replica placed is a hard
-constraint.
+The objective, lexicographic by weights, `min_gpus`: replicas meeting their demand; then
+(binpack) fewest GPUs - or (spread) most GPUs; then demand held in total (percent per
+replica, so a shortfall is spread); then fewest nodes and low indices. `utilize`: replicas
+meeting their demand; models whose replicas are sized alike (one boolean per model, set
+when it uses two options whose KV pools differ by more than `ALIKE_RATIO`); demand held;
+then fewest GPUs, most nodes and low indices. Every replica placed is a hard constraint.
 
 The greedy placement is the hint and the fallback: when greedy met every demand, only the
 nodes greedy used are modelled; the solver's answer is kept only when it is at least as
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from inferplane.planner.placement import (
     Choice,
@@ -33,9 +37,14 @@ from inferplane.planner.placement import (
     Option,
     Placement,
     Slot,
+    alike,
     node_groups,
     quality,
+    unalike_models,
 )
+
+if TYPE_CHECKING:
+    from ortools.sat.python.cp_model import CpModel, IntVar
 
 MAX_OPTIONS = 60_000  # larger models are left to greedy (the time limit would be all build)
 # When greedy already met every demand, the solver can only save GPUs: a smaller model size
@@ -52,6 +61,7 @@ class _Var:
     demand: int  # card units on each GPU of the group
     met: int
     held: int  # percent of the demand held
+    concurrency: float  # requests of max_model_len its KV pool holds (sizing alike)
 
 
 def solve(
@@ -61,6 +71,7 @@ def solve(
     *,
     time_limit_s: float,
     policy: str = "binpack",
+    objective: str = "min_gpus",
 ) -> Placement | None:
     """A placement at least as good as `greedy`, or None when the solver found nothing
     better in time (or the problem is too large to model)."""
@@ -69,8 +80,10 @@ def solve(
     from ortools.sat.python import cp_model  # heavy: only when a solve runs
 
     by_id = {item.id: item for item in items}
-    greedy_q = quality(greedy, by_id, slots, policy)
+    greedy_q = quality(greedy, by_id, slots, policy, objective)
     perfect = not greedy.unplaced and greedy_q[1] == len(items)
+    if objective == "utilize" and unalike_models(greedy, by_id, slots):
+        perfect = False  # alike replicas may need nodes and shares greedy did not use
     used_nodes = {node for c in greedy.choices.values() for node, _ in c.groups()}
     modelled = [s for s in slots if s.node in used_nodes] if perfect else slots
     classes = _classes(items)
@@ -120,6 +133,9 @@ def solve(
     for node in nodes:
         model.add_bool_or([used[k] for k in used if k[0] == node]).only_enforce_if(
             node_used[node])
+    # Co-location: each replica shares a GPU with a partner, or (partners with fewer
+    # replicas) `colocate_count` of them do: a boolean per option for "placed with one".
+    joined: dict[str, list[IntVar]] = defaultdict(list)
     for n, opt in enumerate(options):
         partners_of = first[opt.model].colocate_with
         if not partners_of:
@@ -128,10 +144,16 @@ def solve(
             m for index in opt.choice.indices for m in by_gpu[(opt.choice.node, index)]
             if options[m].model in partners_of
         })
-        if not partners:
-            model.add(var[n] == 0)
+        with_one = model.new_bool_var(f"c{n}")
+        model.add_implication(with_one, var[n])
+        if partners:
+            model.add_bool_or([var[m] for m in partners]).only_enforce_if(with_one)
         else:
-            model.add_bool_or([var[m] for m in partners]).only_enforce_if(var[n])
+            model.add(with_one == 0)
+        joined[opt.model].append(with_one)
+    for name, flags in joined.items():
+        need = min(len(classes[name]), first[name].colocate_count)
+        model.add(sum(flags) >= need)
     # A sharing group (GPUs linked by a multi-GPU instance; one pod on Kubernetes) holds
     # at most one replica of each model. Aligned groups nest, so the occupied multi-GPU
     # groups are exactly what links GPUs; chains of unaligned ones are checked afterwards.
@@ -150,19 +172,41 @@ def solve(
                                if options[m].model == name})
             if len(touching) > 1:
                 model.add(sum(var[m] for m in touching) <= 1).only_enforce_if(linked)
+    unalike = _alike_terms(model, classes, options, var) if objective == "utilize" else []
     position = {key: rank for rank, key in enumerate(sorted(used))}
-    w_nodes = len(position) * (len(position) + 1) // 2 + 1
-    w_held = (len(nodes) + 1) * w_nodes
-    w_gpus = (100 * len(items) + 1) * w_held
-    w_met = (len(position) + 1) * w_gpus
     gpu_sign = 1 if policy == "binpack" else -1
-    model.minimize(
-        -w_met * sum(opt.met * var[n] for n, opt in enumerate(options))
-        - w_held * sum(opt.held * var[n] for n, opt in enumerate(options))
-        + gpu_sign * w_gpus * sum(used.values())
-        + gpu_sign * w_nodes * sum(node_used.values())
-        + sum(position[key] * v for key, v in used.items())
-    )
+    # Lexicographic by weights, least important first: each weight exceeds the whole range
+    # of every term below it.
+    if objective == "utilize":
+        node_sign = -gpu_sign  # owned GPUs: spread over nodes before stacking on one
+        terms = [
+            (gpu_sign * sum(used.values()), len(position)),
+            (-sum(opt.held * var[n] for n, opt in enumerate(options)), 100 * len(items)),
+            (sum(unalike), len(classes)),
+            (-sum(opt.met * var[n] for n, opt in enumerate(options)), len(items)),
+        ]
+        lowest = [(sum(position[key] * v for key, v in used.items()),
+                   len(position) * (len(position) + 1) // 2),
+                  (node_sign * sum(node_used.values()), len(nodes))]
+    else:
+        terms = [
+            (-sum(opt.held * var[n] for n, opt in enumerate(options)), 100 * len(items)),
+            (gpu_sign * sum(used.values()), len(position)),
+            (-sum(opt.met * var[n] for n, opt in enumerate(options)), len(items)),
+        ]
+        lowest = [(sum(position[key] * v for key, v in used.items()),
+                   len(position) * (len(position) + 1) // 2),
+                  (gpu_sign * sum(node_used.values()), len(nodes))]
+    # Below GPUs and nodes, above the indices: fewer GPUs per replica at equal held demand
+    # (a small model takes TP > 1 only when that holds more of its demand).
+    widths = sum(opt.option.shape.gpus * var[n] for n, opt in enumerate(options))
+    lowest.insert(1, (widths, 8 * len(items)))
+    weight = 1
+    objective_expr: Any = 0
+    for expr, span in [*lowest, *terms]:
+        objective_expr += weight * expr
+        weight *= 2 * span + 1  # a term may range over [-span, span]
+    model.minimize(objective_expr)
     hinted = {(by_id[i].model, c) for i, c in greedy.choices.items()}
     for n, opt in enumerate(options):
         model.add_hint(var[n], 1 if (opt.model, opt.choice) in hinted else 0)
@@ -186,7 +230,8 @@ def solve(
         chosen = sorted(picked[name], key=lambda c: (order[c.node], c.indices, -c.units))
         for item, choice in zip(members, chosen, strict=True):
             result.choices[item.id] = choice
-    if quality(result, by_id, slots, policy) < greedy_q or not replicas_apart(result, by_id):
+    if (quality(result, by_id, slots, policy, objective) < greedy_q
+            or not replicas_apart(result, by_id)):
         return None
     return result
 
@@ -227,13 +272,15 @@ def solve_around_spanning(
     *,
     time_limit_s: float,
     policy: str = "binpack",
+    objective: str = "min_gpus",
 ) -> Placement | None:
     """`solve` for everything but the replicas greedy placed across nodes, which are kept
     as they are (with their GPUs taken out of the problem)."""
     fixed = {item_id: c for item_id, c in greedy.choices.items() if c.spans_nodes}
     spanning = {i.id for i in items if i.spans_nodes}
     if not fixed and not spanning:
-        return solve(items, slots, greedy, time_limit_s=time_limit_s, policy=policy)
+        return solve(items, slots, greedy, time_limit_s=time_limit_s, policy=policy,
+                     objective=objective)
     if spanning - set(fixed):
         return None  # a spanning replica did not fit: nothing to gain for the others
     taken = {key for choice in fixed.values() for key in choice.gpus()}
@@ -244,12 +291,48 @@ def solve_around_spanning(
     )
     solved = solve(
         [i for i in items if i.id not in fixed], [s for s in slots if s.key not in taken],
-        rest, time_limit_s=time_limit_s, policy=policy,
+        rest, time_limit_s=time_limit_s, policy=policy, objective=objective,
     )
     if solved is None:
         return None
     solved.choices.update(fixed)
     return solved
+
+
+def _alike_terms(
+    model: CpModel, classes: dict[str, list[Item]], options: list[_Var], var: list[IntVar]
+) -> list[IntVar]:
+    """One boolean per model with several replicas, true when its replicas are not sized
+    alike: the (shape, share) options it uses include two whose KV pools differ by more
+    than ALIKE_RATIO."""
+    flags: list[IntVar] = []
+    for name, members in classes.items():
+        if len(members) < 2:
+            continue
+        keyed: dict[tuple[str, int, int, int], list[int]] = defaultdict(list)
+        held: dict[tuple[str, int, int, int], float] = {}
+        for n, opt in enumerate(options):
+            if opt.model == name:
+                key = (opt.choice.gpu_type, opt.option.shape.tensor_parallel_size,
+                       opt.option.shape.pipeline_parallel_size, opt.option.units)
+                keyed[key].append(n)
+                held[key] = opt.concurrency
+        if len(keyed) < 2:
+            continue
+        picked = {}
+        for key, ns in keyed.items():
+            chosen = model.new_bool_var(f"k{name}:{key}")
+            for n in ns:
+                model.add_implication(var[n], chosen)
+            picked[key] = chosen
+        flag = model.new_bool_var(f"u{name}")
+        keys = sorted(keyed)
+        for i, a in enumerate(keys):
+            for b in keys[i + 1:]:
+                if not alike([held[a], held[b]]):
+                    model.add(picked[a] + picked[b] <= 1 + flag)
+        flags.append(flag)
+    return flags
 
 
 def _shares(item: Item, gpu_type: str, meeting_only: bool) -> list[Option]:
@@ -294,11 +377,12 @@ def _vars(
                     continue
                 met = 1 if shape.meets(option.units) else 0
                 held = shape.held_permille(option.units, total) // HELD_SCALE
+                concurrency = shape.concurrency_at(option.units, total)
                 for group, aligned in node_groups(node_slots, shape.tensor_parallel_size):
                     if aligned:
                         out.append(_Var(name, option, Choice(gpu_type, node, group,
                                                              units=option.units),
-                                        demand, met, held))
+                                        demand, met, held, concurrency))
             if len(out) > MAX_OPTIONS:
                 return None
     return out

@@ -4,8 +4,12 @@ Signals (P46): requests waiting per replica - the engines' `vllm:num_requests_wa
 plus the gateway's own admission queue for the model - against `target_waiting_requests`;
 optionally the KV-cache usage against `target_kv_cache_usage`. The rules (P50):
 
-- **up** when the signal stays above its target for `scale_up_window_s`, one replica at a
-  time, never while a replica is still starting (its capacity is on the way);
+- **up** when the *mean* of the signal over the last `scale_up_window_s` is above its
+  target (as HPA/KEDA average a metric over their window), with a whole window observed at
+  this replica count; one replica at a time, never while a replica is still starting (its
+  capacity is on the way). A bursty load - bursts of requests with short gaps, more waiting
+  than the target on average - scales up within a window although the signal dips between
+  bursts; one short spike does not (its mean over the window stays low);
 - **down** after `scale_down_window_s` *idle* - nothing waiting and what is in flight
   would fit on one replica fewer at half their concurrency cap - one replica at a time;
 - **no opposite move within `stabilization_s`** of the last move;
@@ -16,6 +20,7 @@ optionally the KV-cache usage against `target_kv_cache_usage`. The rules (P50):
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,8 +62,12 @@ class ModelAutoscaler:
         self.model = model
         self.bounds = bounds
         self.policy = policy
-        self.high_since: float | None = None
+        self.high_since: float | None = None  # since when the window's mean is above target
         self.idle_since: float | None = None
+        # (time, waiting per replica, KV usage) at this replica count, the last window's
+        self.samples: deque[tuple[float, float, float | None]] = deque()
+        self.samples_since: float | None = None  # first sample at this replica count
+        self.samples_replicas: int | None = None
         self.last_up_at: float | None = None
         self.last_down_at: float | None = None
         self.desired: int | None = None
@@ -68,6 +77,7 @@ class ModelAutoscaler:
     def _decide(self, now: float, obs: Observation, action: Action, desired: int,
                 reason: str) -> Decision:
         d = Decision(self.model, action, obs.replicas, desired, reason, now)
+        self._reset_samples()
         if action == "scale_up":
             self.last_up_at = now
             self.high_since = None
@@ -77,6 +87,27 @@ class ModelAutoscaler:
         self.desired = desired
         self.last = d
         return d
+
+    def _reset_samples(self) -> None:
+        self.samples.clear()
+        self.samples_since = self.samples_replicas = None
+
+    def _window_mean(self, now: float, obs: Observation, per_replica: float
+                     ) -> tuple[float, float | None, bool]:
+        """The mean waiting per replica (and KV usage) over the last `scale_up_window_s`
+        at this replica count, and whether a whole window has been observed."""
+        window = self.policy.scale_up_window_s
+        if self.samples_replicas != obs.replicas:
+            self._reset_samples()
+            self.samples_replicas = obs.replicas
+        if self.samples_since is None:
+            self.samples_since = now
+        self.samples.append((now, per_replica, obs.kv_usage))
+        while self.samples and self.samples[0][0] < now - window:
+            self.samples.popleft()
+        waiting = sum(s[1] for s in self.samples) / len(self.samples)
+        kv = [s[2] for s in self.samples if s[2] is not None]
+        return waiting, (sum(kv) / len(kv) if kv else None), now - self.samples_since >= window
 
     def _stable(self, now: float, last_opposite: float | None) -> bool:
         return last_opposite is None or now - last_opposite >= self.policy.stabilization_s
@@ -103,9 +134,10 @@ class ModelAutoscaler:
                                     f"{held} request(s) held at zero replicas (scale from zero)")
             self.high_since = self.idle_since = None
             return None
-        high = per_replica > p.target_waiting_requests
-        if p.target_kv_cache_usage is not None and obs.kv_usage is not None:
-            high = high or obs.kv_usage > p.target_kv_cache_usage
+        mean, mean_kv, whole = self._window_mean(now, obs, per_replica)
+        high = mean > p.target_waiting_requests
+        if p.target_kv_cache_usage is not None and mean_kv is not None:
+            high = high or mean_kv > p.target_kv_cache_usage
         idle = obs.waiting == 0 and obs.in_flight <= (n - 1) * obs.capacity_per_replica / 2
         step = n + 1
         if obs.needed is not None:  # SLA mode: the model's count, besides the queue
@@ -117,16 +149,17 @@ class ModelAutoscaler:
             self.idle_since = None
             if self.high_since is None:
                 self.high_since = now
-            held_s = now - self.high_since
             if (
-                held_s >= p.scale_up_window_s
+                (whole or (obs.needed is not None and obs.needed > n
+                 and now - self.high_since >= p.scale_up_window_s))
                 and n < b.max_replicas
                 and obs.starting == 0
                 and self._stable(now, self.last_down_at)
             ):
                 return self._decide(
                     now, obs, "scale_up", step,
-                    f"{self.signal} for {held_s:.3g} s (window {p.scale_up_window_s:g} s)",
+                    f"{self.signal}; mean {mean:.3g} waiting per replica over the last "
+                    f"window {p.scale_up_window_s:g} s",
                 )
             return None
         self.high_since = None

@@ -11,6 +11,7 @@ from inferplane.spec.engine import EngineSpec
 from inferplane.spec.gateway import GatewaySpec, GatewayTimeouts
 from inferplane.spec.inventory import GpuInventory, parse_gpus_field
 from inferplane.spec.model import ModelSpec
+from inferplane.spec.planning import PlanningSpec
 from inferplane.spec.problems import issues_error
 from inferplane.spec.references import reference_issues
 from inferplane.spec.scaling import ScalingSpec
@@ -28,6 +29,18 @@ class FleetSpec(SpecModel):
     routes: list[RouteSpec] = Field(default_factory=list)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
+    planning: PlanningSpec = Field(default_factory=PlanningSpec)
+
+    @model_validator(mode="after")
+    def _start_from_zero(self) -> FleetSpec:
+        """A model scaled with `min_replicas: 0` and no `replicas` of its own starts at 0:
+        it takes no room until a request arrives (scale from zero, docs/scaling.md)."""
+        for model in self.models:
+            bounds = self.scaling.models.get(model.name)
+            if bounds is not None and bounds.min_replicas == 0 and (
+                    "replicas" not in model.model_fields_set):
+                model.replicas = 0
+        return self
 
     @model_validator(mode="after")
     def _references(self) -> FleetSpec:

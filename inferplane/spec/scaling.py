@@ -16,7 +16,7 @@ class ScalingPolicy(SpecModel):
 
     target_waiting_requests: PositiveInt = 5  # vllm:num_requests_waiting per replica
     target_kv_cache_usage: Fraction | None = None  # also scale when KV usage stays above this
-    scale_up_window_s: PositiveFloat = 120.0  # signal must hold this long to add a replica
+    scale_up_window_s: PositiveFloat = 120.0  # its mean over this window decides an add
     scale_down_window_s: PositiveFloat = 600.0  # idle this long before removing one
     stabilization_s: PositiveFloat = 300.0  # no opposite move within this time
     # SLA mode (docs/scaling.md): also scale to the replicas a performance model says these
