@@ -42,6 +42,10 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
     rows: list[list[str]] = []
     for inst in status.get("instances", []):
         gpus = ",".join(str(g) for g in inst.get("gpus") or []) or "-"
+        if inst.get("cpus"):  # a CPU engine: the cores it binds
+            from inferplane.engines.vllm_cpu import threads_bind
+
+            gpus = "cpu " + threads_bind(inst["cpus"])
         uptime = inst.get("uptime_s")
         if uptime is None and inst.get("ready_since") and inst["state"] == "ready":
             uptime = time.time() - inst["ready_since"]

@@ -174,11 +174,16 @@ def k8s_minor(version: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def engine_image(kind: str, version: str, image: str | None, options: RenderOptions) -> str:
+def engine_image(kind: str, version: str, image: str | None, options: RenderOptions,
+                 device: str = "cuda") -> str:
     if image:
         return image
     if kind == "sim":
         return options.gateway_image
+    if device == "cpu":
+        from inferplane.engines import vllm_cpu
+
+        return vllm_cpu.image(version)
     return f"vllm/vllm-openai:v{version}"
 
 

@@ -112,6 +112,7 @@ class Supervised:
             "port": inst.port,
             "url": inst.url,
             "gpus": list(inst.gpu_indices),
+            "cpus": list(inst.cpu_cores),  # cores a CPU engine binds (engine device cpu)
             "startup_deadline_s": inst.startup_deadline_s,
             "state": self.state,
             "restarts": self.restarts,
