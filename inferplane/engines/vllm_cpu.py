@@ -19,7 +19,8 @@ One place for it, so launch, render and the planner ask instead of knowing (docs
   device reservations (`needs_gpus`).
 - **Eager by default**: torch.compile costs ~110 s at the first start on CPU and its AOT
   cache does not load in 0.32 (recompiled every start), for ~30% more tokens/s; a model
-  that sets `enforce_eager: false` explicitly compiles.
+  that sets `enforce_eager: false` explicitly compiles. Eager with an explicit KV size
+  also skips the worker's warm-up pass (`cpu_worker._should_warm_up_model`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ GPU_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_P2P_DISABLE")
 ENGINE_RUNTIME_BYTES = 2 * 2**30
 BLOCK_SIZE = 128  # tokens per KV block on the CPU backend (`cache_config_info block_size`)
 SLEEP_MODE = False
+# The least time a CPU engine gets to become ready: 20-45 s on an idle host, but its
+# imports are CPU-bound, so engines starting together on a busy 2-core host took 140-330 s
+# (load average 12); the GPU floor (180 s) restarted them before they were up.
+STARTUP_FLOOR_S = 600.0
 # vLLM's own CPU defaults for the OpenAI server (arg_utils, CPU platform): the plan writes
 # them out so the KV cache is sized for what the engine will schedule.
 DEFAULT_MAX_NUM_SEQS = 128

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from inferplane.engines.vllm_cpu import STARTUP_FLOOR_S as CPU_STARTUP_FLOOR_S
 from inferplane.engines.vllm_cpu import threads_bind
 from inferplane.errors import InferplaneError
 from inferplane.gpus.cpu_host import CpuHost, discover_cpu_host
@@ -242,7 +243,9 @@ def _instance(
         gpu_uuids=tuple(inst.gpu_uuids or ()),
         gpu_memory_utilization=inst.gpu_memory_utilization,
         start_after=tuple(d for d in inst.start_after if d in local),
-        startup_deadline_s=startup_deadline_s(inst.weights_bytes, bandwidth),
+        startup_deadline_s=startup_deadline_s(
+            inst.weights_bytes, bandwidth,
+            floor_s=STARTUP_FLOOR_S if not inst.cpu_cores else CPU_STARTUP_FLOOR_S),
         cpu_cores=tuple(inst.cpu_cores),
         host_memory_bytes=inst.host_memory_bytes or 0,
     )
