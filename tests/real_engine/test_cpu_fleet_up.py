@@ -9,6 +9,7 @@ in file order against it; the last one is `inferplane down`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -84,9 +85,11 @@ class Fleet:
     def instances(self) -> dict[str, dict[str, Any]]:
         return {i["name"]: i for i in self.status()["instances"]}
 
-    def log(self, name: str) -> str:
+    def log(self, name: str, tail: int = 4000) -> str:
+        """The engine's log (its last `tail` characters; 0: all of it)."""
         path = self.state / "logs" / f"{name}.log"
-        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return text[-tail:] if tail else text
 
 
 def _chat(client: httpx.Client, **extra: Any) -> httpx.Response:
@@ -134,10 +137,9 @@ def fleet(vllm_venv: Path, tiny_models: dict[str, Path],
         if (state / "up.pid").exists():
             made.cli("down", "--force", timeout=120)
         for pgid in made.pgids:  # never leave an engine behind, whatever failed
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            if _our_group(pgid, vllm_venv):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
 
 
 def test_every_instance_ready_on_its_own_cores(fleet: Fleet) -> None:
@@ -150,8 +152,8 @@ def test_every_instance_ready_on_its_own_cores(fleet: Fleet) -> None:
     assert cores[f"{CHAT}-0"] != cores[f"{CHAT}-1"]
     assert cores[f"{EMBED}-0"] == cores[f"{CHAT}-0"]
     for name, inst in instances.items():  # vLLM bound the cores it was given
-        log = fleet.log(name)
-        assert f"core ids=[{inst['cpus'][0]}]" in log, log
+        log = fleet.log(name, tail=0)
+        assert f"core ids=[{inst['cpus'][0]}]" in log, fleet.log(name)
         assert "Explicitly set (0.06/" in log  # the plan's 64 MiB KV cache, not 92% of RAM
 
 
@@ -254,6 +256,17 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _our_group(pgid: int, venv: Path) -> bool:
+    """Whether process group `pgid` still holds one of our engines' processes (a group id
+    is not reused while any member lives, so this never names a stranger's group)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        if _pgid(proc.pid) == pgid and _alive(proc.pid):
+            words = " ".join(proc.info["cmdline"] or [])
+            if str(venv) in words or words.startswith("VLLM::"):
+                return True
+    return False
 
 
 def _pgid(pid: int) -> int | None:
