@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from inferplane.cli.main import _register_commands, app
 from inferplane.deploy.options import RenderOptions
 from inferplane.deploy.render import render_files
-from inferplane.engines import vllm_cpu
+from inferplane.engines.vllm import cpu as vllm_cpu
 from inferplane.errors import InferplaneError
 from inferplane.gpus.cpu_host import CpuHost
 from inferplane.planner import plan_fleet
@@ -328,7 +328,7 @@ def test_plan_cli_prints_cores_and_ram(tmp_path: Path) -> None:
     assert result.exception.field == "models.chat.replicas"
 
 
-FAKE_VLLM = f"{sys.executable} -m inferplane.engines.sim.fake_vllm --load-time-s 0.5"
+FAKE_VLLM = f"{sys.executable} -m inferplane.sim.fake_vllm --load-time-s 0.5"
 FAST = SupervisorSettings(probe_interval_s=0.2, probe_timeout_s=2, backoff_initial_s=0.1,
                           backoff_max_s=0.5, failure_threshold=2)
 

@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 import inferplane.cli.sim as sim_cli
 from inferplane.cli.main import app
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.fake_vllm import parse_serve_args
-from inferplane.engines.sim.host import EngineHost
 from inferplane.errors import InferplaneError
 from inferplane.runtime.instances import plan_sim_instances, plan_simulated
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.fake_vllm import parse_serve_args
+from inferplane.sim.host import EngineHost
 from inferplane.spec import load_fleet
 
 DEMO = ROOT / "examples" / "demo.yaml"

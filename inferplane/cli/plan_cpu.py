@@ -26,7 +26,7 @@ INSTANCE_COLUMNS = (
 
 
 def print_cpu_plan(plan: Plan, console: Console) -> None:
-    from inferplane.engines.vllm_cpu import threads_bind
+    from inferplane.engines.vllm.cpu import threads_bind
 
     width = console.width
     by_id = {inst.id: inst for inst in plan.instances}

@@ -43,7 +43,7 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
     for inst in status.get("instances", []):
         gpus = ",".join(str(g) for g in inst.get("gpus") or []) or "-"
         if inst.get("cpus"):  # a CPU engine: the cores it binds
-            from inferplane.engines.vllm_cpu import threads_bind
+            from inferplane.engines.vllm.cpu import threads_bind
 
             gpus = "cpu " + threads_bind(inst["cpus"])
         uptime = inst.get("uptime_s")
@@ -150,7 +150,7 @@ def up(
     vllm_binary: str | None = typer.Option(
         None, envvar="INFERPLANE_VLLM_BINARY",
         help="Command run instead of `vllm`, e.g. \"python -m "
-        "inferplane.engines.sim.fake_vllm\" to run a vLLM fleet on the simulator.",
+        "inferplane.sim.fake_vllm\" to run a vLLM fleet on the simulator.",
     ),
     disk_bandwidth_mib_s: float = typer.Option(
         100.0, help="Read bandwidth of the weights' disk: sizes startup deadlines (P24, P35)."

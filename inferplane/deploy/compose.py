@@ -34,6 +34,7 @@ from inferplane.deploy.k8s.weights import (
 from inferplane.deploy.names import object_name
 from inferplane.deploy.options import RenderOptions, engine_image
 from inferplane.deploy.yamlio import dump_docs, load_docs
+from inferplane.engines import engine_for
 from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.spec import FleetSpec
 
@@ -88,7 +89,7 @@ def engine_service(
         "stop_signal": "SIGTERM",
         "stop_grace_period": _duration(options.drain_s + options.grace_margin_s),  # P27
         "healthcheck": {
-            "test": _health(inst.port, "/v1/models"),
+            "test": _health(inst.port, engine_for(engine.kind).endpoints.models),
             "interval": "10s",
             "timeout": "5s",
             "retries": 3,
@@ -101,7 +102,7 @@ def engine_service(
         "labels": {"io.inferplane.instance": inst.id, "io.inferplane.model": inst.model},
     }
     if inst.cpu_cores:  # a CPU engine: its cores and RAM, no GPU device
-        from inferplane.engines import vllm_cpu
+        from inferplane.engines.vllm import cpu as vllm_cpu
 
         del service["deploy"]
         service.update(vllm_cpu.compose_settings(inst.cpu_cores, inst.host_memory_bytes))

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from inferplane.engines import vllm_cpu
 from inferplane.engines.vllm import VllmArgs
+from inferplane.engines.vllm import cpu as vllm_cpu
 from inferplane.errors import InferplaneError
 from inferplane.estimator.kv_cache import KvLayout, kv_dtype_bytes, kv_layout
 from inferplane.estimator.kv_cache import max_model_len_that_fits as longest_that_fits

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import uvicorn
 
-from inferplane.engines.sim.config import FaultConfig
 from inferplane.errors import InferplaneError
 from inferplane.gateway import Backend, GatewayApp, build_app
 from inferplane.gateway.fleet import gateway_config_from_fleet
@@ -68,6 +67,7 @@ from inferplane.runtime.vllm_fleet import (
     preflight_cpu_host,
     preflight_host,
 )
+from inferplane.sim.config import FaultConfig
 from inferplane.spec import FleetSpec
 from inferplane.tenancy.service import Tenancy
 
@@ -232,8 +232,8 @@ class Runtime:
         self.supervisor.hidden_env = frozenset(
             name for name in (gw_spec.admin_token_env, gw_spec.metrics_token_env) if name
         )
-        if fleet.on_cpu:  # the plan sizes each CPU engine's KV cache (engines/vllm_cpu.py)
-            from inferplane.engines.vllm_cpu import INHERITED_ENV_DROP
+        if fleet.on_cpu:  # the plan sizes each CPU engine's KV cache (engines/vllm/cpu.py)
+            from inferplane.engines.vllm.cpu import INHERITED_ENV_DROP
 
             self.supervisor.hidden_env |= INHERITED_ENV_DROP
         self._asleep: dict[str, int] = {}  # instance -> sleep level (kept out of routing)

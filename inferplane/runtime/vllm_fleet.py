@@ -31,8 +31,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from inferplane.engines.vllm_cpu import STARTUP_FLOOR_S as CPU_STARTUP_FLOOR_S
-from inferplane.engines.vllm_cpu import threads_bind
+from inferplane.engines import engine_for
+from inferplane.engines.vllm.cpu import STARTUP_FLOOR_S as CPU_STARTUP_FLOOR_S
+from inferplane.engines.vllm.cpu import threads_bind
 from inferplane.errors import InferplaneError
 from inferplane.gpus.cpu_host import CpuHost, discover_cpu_host
 from inferplane.gpus.discovery import (
@@ -220,11 +221,10 @@ def refuse_spanning_replicas(plan: Plan) -> None:
 def _instance(
     inst: PlanInstance, command: list[str], local: set[str], bandwidth: float, host: str
 ) -> Instance:
-    argv = list(inst.argv)
-    if argv and argv[0] == "vllm":
-        argv = [*command, *argv[1:]]
-    if "--host" not in argv:
-        argv += ["--host", host]
+    launch = engine_for("vllm").planned(inst.argv)
+    if launch.flag("host") is None:
+        launch = launch.with_host(host, add=True)
+    argv = launch.with_command(command).argv
     env = dict(inst.env)
     if not inst.cpu_cores:  # a CPU engine's env is the plan's (vllm_cpu.engine_env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in inst.gpu_indices)

@@ -28,7 +28,7 @@ def _cuda_issues(fleet: FleetSpec) -> list[Issue]:
         if node.is_cpu:
             issues.append(Issue(
                 ("gpus", "nodes", index, "cpu_cores"),
-                "a CPU node in a GPU fleet (engine device cuda)", node.cpu_cores,
+                "a CPU node in a GPU fleet (engine device gpu)", node.cpu_cores,
                 "set engine: {kind: vllm, device: cpu} to serve on CPU cores, or give the "
                 "node gpu_type and count",
             ))
@@ -48,7 +48,7 @@ def _cpu_issues(fleet: FleetSpec) -> list[Issue]:
             issues.append(Issue(
                 ("gpus", "nodes", index, "gpu_type"),
                 "engine device cpu serves on CPU cores, this node lists GPUs", node.gpu_type,
-                f"{_CPU_NODE_FIX}, or use engine device cuda for GPU nodes",
+                f"{_CPU_NODE_FIX}, or use engine device gpu for GPU nodes",
             ))
     for index, model in enumerate(fleet.models):
         if model.is_endpoint:

@@ -12,9 +12,10 @@ from inferplane.spec.problems import Issue, issues_error
 from inferplane.spec.types import EnvMap, Version
 
 EngineKind = Literal["vllm", "sim"]
-# Where vLLM runs: NVIDIA GPUs, or the host's CPU cores and RAM (the vLLM CPU build,
-# docs/runtime.md#cpu-engines).
-EngineDevice = Literal["cuda", "cpu"]
+# Where the engine runs: NVIDIA GPUs (`gpu`, the registry's default), or the host's CPU
+# cores and RAM (vLLM's CPU build, docs/runtime.md#real-vllm-on-cpu). With `kind`, the key
+# of the engine registry (`inferplane.engines.engine_for(kind, device)`).
+EngineDevice = Literal["gpu", "cpu"]
 
 __all__ = ["DEFAULT_VLLM_VERSION", "EngineDevice", "EngineKind", "EngineSpec"]
 
@@ -23,7 +24,7 @@ class EngineSpec(SpecModel):
     """`engine: vllm` | `engine: sim` | `{kind, device, version, image, extra_env}`."""
 
     kind: EngineKind = "vllm"
-    device: EngineDevice = "cuda"
+    device: EngineDevice = "gpu"
     version: Version = DEFAULT_VLLM_VERSION  # vLLM version; flags are validated against it
     image: StrictStr | None = Field(default=None, min_length=1)  # container image for deploys
     extra_env: EnvMap = Field(default_factory=dict)  # set on every engine process

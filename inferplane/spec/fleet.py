@@ -44,7 +44,7 @@ class FleetSpec(SpecModel):
         """Whether planning needs this host's GPUs: `gpus: discover` and something to place
         (a fleet of `endpoints:` models plans and renders without NVML; a CPU fleet reads
         the host's cores and RAM instead, planner/cpu.py)."""
-        return (self.gpus is None and self.engine.device == "cuda"
+        return (self.gpus is None and self.engine.device == "gpu"
                 and any(m.replicas > 0 for m in self.placed_models))
 
     @property

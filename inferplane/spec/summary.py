@@ -18,7 +18,7 @@ class FleetSummary:
     endpoints: int
     gpus: int | None  # None: discovered at run time
     nodes: int | None
-    device: str = "cuda"  # cpu: `gpus` counts CPU cores
+    device: str = "gpu"  # cpu: `gpus` counts CPU cores
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

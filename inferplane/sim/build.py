@@ -1,0 +1,146 @@
+"""Turn a `SimEngineConfig` into the pieces of an engine: profile, KV capacity, timing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from inferplane.errors import InferplaneError
+from inferplane.estimator.memory import estimate_memory
+from inferplane.estimator.types import EngineSettings, MemoryEstimate
+from inferplane.gpus import GIB, GpuSpec, lookup_gpu
+from inferplane.models import ModelProfile, load_profile, profile_from_config
+from inferplane.models.profile import Task
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.timing import StepTimeModel, model_cost
+from inferplane.sim.tokens import Tokenizer, load_tokenizer
+
+# Built-in profile when neither a model directory nor a config is given: the shape of
+# Qwen/Qwen3-0.6B (config.json of the Hugging Face checkpoint), small enough that many
+# simulated engines of it are plausible on one GPU type.
+DEFAULT_PROFILE_CONFIG: dict[str, Any] = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "head_dim": 128,
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 40960,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 8,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 151936,
+    "rope_scaling": None,
+    "sliding_window": None,
+    "use_sliding_window": False,
+}
+DEFAULT_PROFILE_NAME = "Qwen/Qwen3-0.6B"
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    """Everything an engine needs, resolved once at start-up."""
+
+    config: SimEngineConfig
+    profile: ModelProfile
+    gpu: GpuSpec
+    memory: MemoryEstimate
+    timing: StepTimeModel
+    tokenizer: Tokenizer
+    # vLLM's ModelConfig.is_matryoshka / matryoshka_dimensions (config.json): whether
+    # embeddings requests may set `dimensions`, and which values.
+    is_matryoshka: bool = False
+    matryoshka_dimensions: tuple[int, ...] | None = None
+
+
+RUNNER_TASKS: dict[str, Task] = {"generate": "generate", "pooling": "embed"}  # --runner -> task
+
+
+def resolve_profile(config: SimEngineConfig) -> ModelProfile:
+    if config.model_dir is not None:
+        profile = load_profile(config.model_dir, name=config.model)
+    elif config.model_config is not None:
+        profile = load_profile(config.model_config, name=config.model)
+    else:
+        profile = profile_from_config(DEFAULT_PROFILE_CONFIG, name=DEFAULT_PROFILE_NAME)
+    if config.runner == "auto":
+        return profile
+    if config.runner not in RUNNER_TASKS:
+        raise InferplaneError(
+            "unknown runner", field="runner", value=config.runner,
+            fix="use auto, generate or pooling (vLLM's --runner)",
+        )
+    return replace(profile, default_task=RUNNER_TASKS[config.runner])
+
+
+def engine_settings(config: SimEngineConfig) -> EngineSettings:
+    return EngineSettings(
+        tensor_parallel_size=config.tensor_parallel_size,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+    )
+
+
+def build_parts(config: SimEngineConfig, profile: ModelProfile | None = None) -> EngineParts:
+    """Resolve profile, GPU and the estimator's KV capacity; refuse what vLLM would refuse."""
+    if config.faults.slowdown <= 0:
+        raise InferplaneError(
+            "must be > 0", field="slowdown", value=config.faults.slowdown,
+            fix="use 1 for normal speed",
+        )
+    if not 0 <= config.faults.fail_rate <= 1:
+        raise InferplaneError(
+            "must be in [0, 1]", field="fail_rate", value=config.faults.fail_rate,
+            fix="use a fraction such as 0.05",
+        )
+    profile = profile or resolve_profile(config)
+    gpu = lookup_gpu(config.gpu)
+    memory = estimate_memory(profile, engine_settings(config), gpu=gpu)
+    if not memory.fits or memory.num_gpu_blocks < 1:
+        reasons = "; ".join(memory.errors) or "no room for the KV cache"
+        raise InferplaneError(
+            f"{profile.name} does not fit on {gpu.name} x{config.tensor_parallel_size}: {reasons}",
+            field="model",
+            fix="use a bigger GPU, a larger --tensor-parallel-size or a smaller --max-model-len",
+        )
+    cost = model_cost(
+        profile,
+        weight_bytes_per_gpu=memory.weights_gib * GIB,
+        kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu,
+        tensor_parallel_size=config.tensor_parallel_size,
+    )
+    fp8 = memory.quantization in ("fp8", "modelopt", "fbgemm_fp8") and gpu.supports_fp8
+    timing = StepTimeModel(
+        cost=cost,
+        gpu=gpu,
+        calibration=config.calibration,
+        use_fp8_compute=fp8,
+        slowdown=config.faults.slowdown,
+    )
+    tokenizer = load_tokenizer(config.model_dir, profile.vocab_size)
+    is_matryoshka, dimensions = _matryoshka(config)
+    return EngineParts(config, profile, gpu, memory, timing, tokenizer, is_matryoshka,
+                       dimensions)
+
+
+def _matryoshka(config: SimEngineConfig) -> tuple[bool, tuple[int, ...] | None]:
+    """config.json's `matryoshka_dimensions` / `is_matryoshka`, read as vLLM reads them."""
+    path = config.model_dir or config.model_config
+    if path is not None and path.is_dir():
+        path = path / "config.json"
+    if path is None or not path.is_file():
+        return False, None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False, None  # the profile loader already reported a broken config.json
+    if not isinstance(raw, dict):
+        return False, None
+    dims = raw.get("matryoshka_dimensions")
+    allowed = tuple(int(d) for d in dims) if isinstance(dims, list) and dims else None
+    return bool(allowed) or bool(raw.get("is_matryoshka", False)), allowed

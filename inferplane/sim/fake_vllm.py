@@ -1,0 +1,143 @@
+"""A fake `vllm` executable: `vllm serve` command lines answered by the simulated engine.
+
+    python -m inferplane.sim.fake_vllm serve MODEL --served-model-name N --port P \\
+        --max-model-len L --tensor-parallel-size T --gpu-memory-utilization U [...]
+
+It accepts the command lines `inferplane plan` writes (and vLLM's other serve flags): the
+flags the simulator models (served name, host, port, context length, TP, utilization,
+`--max-num-seqs`, `--max-num-batched-tokens`, prefix caching, `--max-logprobs`,
+`--enable-auto-tool-choice` with `--tool-call-parser`, `--runner`/`--task embed`) configure
+the simulated engine; GPU-only flags (`--kv-cache-memory-bytes`, `--compilation-config`,
+`--dtype`, `--quantization`, ...) are accepted and ignored. Point `inferplane up` at it
+with `--vllm-binary` or `INFERPLANE_VLLM_BINARY` to run an `engine: vllm` fleet without a
+GPU:
+
+    INFERPLANE_VLLM_BINARY="python -m inferplane.sim.fake_vllm" inferplane up f.yaml
+
+Like vLLM it needs `CUDA_VISIBLE_DEVICES` to name at least `--tensor-parallel-size`
+devices when the variable is set (P21), and it logs the devices it was given. Options only
+the fake knows (anywhere on the line): `--gpu TYPE` (simulated GPU, default the
+simulator's), `--load-time-s S`, `--crash-after-requests N`, `--hang-after-requests N`.
+MODEL is a directory with `config.json` (the simulator reads the architecture from it) or
+any name (the simulator's default profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from inferplane.sim.config import DEFAULT_GPU, FaultConfig, SimEngineConfig
+from inferplane.sim.host import start_engine
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fake-vllm", description="vLLM's `serve` command on the simulated engine",
+        allow_abbrev=False,
+    )
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("model")
+    parser.add_argument("--served-model-name", nargs="+", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--max-num-seqs", type=int, default=None)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument(
+        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True
+    )
+    parser.add_argument("--max-logprobs", type=int, default=20)
+    parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    parser.add_argument("--tool-call-parser", default=None)
+    parser.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto")
+    parser.add_argument("--task", default=None)  # before vLLM 0.10.2: --task embed
+    parser.add_argument("--gpu", default=DEFAULT_GPU)
+    parser.add_argument("--load-time-s", type=float, default=0.0)
+    parser.add_argument("--crash-after-requests", type=int, default=None)
+    parser.add_argument("--hang-after-requests", type=int, default=None)
+    return parser
+
+
+def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
+    """The simulated engine for a `vllm serve` command line, and the flags ignored."""
+    args, ignored = _parser().parse_known_args(list(argv))
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        # vLLM refuses this at start-up (validate_parsed_serve_args) with these words.
+        raise SystemExit("Error: --enable-auto-tool-choice requires --tool-call-parser")
+    source = Path(args.model)
+    model_dir = source if (source / "config.json").is_file() else None
+    served = args.served_model_name[0] if args.served_model_name else args.model
+    config = SimEngineConfig(
+        model=served,
+        model_dir=model_dir,
+        gpu=args.gpu,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_prefix_caching=args.enable_prefix_caching,
+        max_logprobs=args.max_logprobs,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        runner="pooling" if args.task in ("embed", "embedding") else args.runner,
+        host=args.host,
+        port=args.port,
+        faults=FaultConfig(
+            load_time_s=args.load_time_s,
+            crash_after_requests=args.crash_after_requests,
+            hang_after_requests=args.hang_after_requests,
+        ),
+    )
+    return config, ignored
+
+
+def visible_devices_error(tensor_parallel_size: int, visible: str | None) -> str | None:
+    """Why vLLM would fail to see enough GPUs, or None (P21)."""
+    if visible is None:
+        return None
+    devices = [d for d in visible.split(",") if d.strip()]
+    if len(devices) < tensor_parallel_size:
+        return (
+            f"CUDA_VISIBLE_DEVICES={visible!r} exposes {len(devices)} GPU(s) but "
+            f"--tensor-parallel-size is {tensor_parallel_size}"
+        )
+    return None
+
+
+async def _serve(config: SimEngineConfig) -> int:
+    handle = await start_engine(config)
+    print(f"fake vllm: serving {config.model!r} on {handle.url}", flush=True)
+    await handle.crashed.wait()
+    print("fake vllm: simulated crash", flush=True)
+    await handle.stop()
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config, ignored = parse_serve_args(sys.argv[1:] if argv is None else argv)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    print(
+        f"fake vllm: CUDA_VISIBLE_DEVICES={visible} "
+        f"CUDA_DEVICE_ORDER={os.environ.get('CUDA_DEVICE_ORDER')} "
+        f"ignored={' '.join(ignored) or '-'}",
+        flush=True,
+    )
+    why = visible_devices_error(config.tensor_parallel_size, visible)
+    if why is not None:
+        print(f"fake vllm: error: {why}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        return asyncio.run(_serve(config))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
