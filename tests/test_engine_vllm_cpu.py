@@ -231,6 +231,17 @@ def test_autoscaler_replicas_use_reserved_cores_and_stop_at_max(tmp_path: Path) 
     assert shrunk.cpus[0].instances == ["chat-0", "embed-0"]
 
 
+def test_the_registry_serves_the_cpu_engine() -> None:
+    from inferplane.engines import engine_for, engines
+
+    assert ("vllm", "cpu") in engines()
+    engine = engine_for("vllm", "cpu")
+    assert engine.device == "cpu" and not engine.supports_sleep("0.32.0")
+    assert engine.image("0.32.0", fallback="x") == f"{vllm_cpu.CPU_IMAGE_REPOSITORY}:v0.32.0"
+    assert engine.batch_defaults(16 * GIB, None, 512, "0.32.0") == (128, 2048)
+    assert engine_for("vllm").supports_sleep("0.32.0")  # the GPU engine still sleeps
+
+
 # ---- launch --------------------------------------------------------------------------------
 
 
@@ -243,6 +254,7 @@ def test_launch_env_binds_cores_and_sets_no_gpu(tmp_path: Path) -> None:
         assert "CUDA_VISIBLE_DEVICES" not in inst.env
         assert inst.env[vllm_cpu.THREADS_BIND_ENV] == ",".join(map(str, inst.cpu_cores))
         assert inst.host_memory_bytes > vllm_cpu.ENGINE_RUNTIME_BYTES
+        assert inst.startup_deadline_s == vllm_cpu.STARTUP_FLOOR_S  # CPU-bound imports
     check_plan_matches(plan, fleet)
     gpu_fleet = load_fleet(_fleet(tmp_path, CI_FLEET.replace(", device: cpu", "")))
     with pytest.raises(InferplaneError, match="device cpu"):
