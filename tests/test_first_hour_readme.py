@@ -180,6 +180,9 @@ def test_demo_facts_quoted_in_the_readme() -> None:
     assert f"127.0.0.1:{fleet.gateway.port}" in README and fleet.gateway.host == "127.0.0.1"
     assert len(plan_sim_instances(fleet)) == 5 and "five engines" in README
     served = {m.name for m in fleet.models} | {a for m in fleet.models for a in m.aliases}
+    # the CPU fleet the README writes itself ("A real engine without a GPU")
+    cpu = README.split("## A real engine without a GPU", 1)[1].split("\n## ", 1)[0]
+    served |= set(re.findall(r"name: ([a-z0-9.-]+)", cpu))
     sent = set(re.findall(r'model="([^"]+)"', README)) | set(
         re.findall(r'\\?"model\\?": \\?"([^"\\]+)', README))
     assert sent and sent <= served, sent - served

@@ -27,6 +27,7 @@ SUMMARY_KEYS = {
     "endpoints",
     "gpus",
     "nodes",
+    "device",
 }
 
 

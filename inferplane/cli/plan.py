@@ -99,6 +99,11 @@ def print_plan(plan: Plan, console: Console) -> None:
     """Per node: one row per GPU with its memory split, like `nvidia-smi` after start-up.
     In a narrow terminal (80 columns) the cells get compact (GiB without the unit, one
     instance per line) and the least needed columns are hidden (`--json` has all)."""
+    if plan.device == "cpu":
+        from inferplane.cli.plan_cpu import print_cpu_plan
+
+        print_cpu_plan(plan, console)
+        return
     width = console.width
     by_id = {inst.id: inst for inst in plan.instances}
     for node in dict.fromkeys(g.node for g in plan.gpus):

@@ -61,7 +61,8 @@ def engine_service(
     engine = fleet.engine
     devices = list(inst.gpu_uuids) if inst.gpu_uuids else [str(i) for i in inst.gpu_indices]
     env = dict(inst.env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(inst.tensor_parallel_size))
+    if not inst.cpu_cores:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(inst.tensor_parallel_size))
     model = fleet.model(inst.model)
     volumes: list[str] = []
     prewarmed = options.weights == "prewarm" and model is not None and bool(model.source)
@@ -76,7 +77,8 @@ def engine_service(
         else:
             volumes.append("hf-cache:/root/.cache/huggingface")
     service: dict[str, Any] = {
-        "image": engine_image(engine.kind, engine.version, engine.image, options),
+        "image": engine_image(engine.kind, engine.version, engine.image, options,
+                              engine.device),
         "entrypoint": engine_argv(ctx, inst)[:1],
         "command": engine_argv(ctx, inst)[1:],
         "environment": dict(sorted(env.items())),
@@ -99,6 +101,11 @@ def engine_service(
         ]}}},
         "labels": {"io.inferplane.instance": inst.id, "io.inferplane.model": inst.model},
     }
+    if inst.cpu_cores:  # a CPU engine: its cores and RAM, no GPU device
+        from inferplane.engines.vllm import cpu as vllm_cpu
+
+        del service["deploy"]
+        service.update(vllm_cpu.compose_settings(inst.cpu_cores, inst.host_memory_bytes))
     if volumes:
         service["volumes"] = volumes
     deps = [d for d in inst.start_after if any(i.id == d and i.node == inst.node
@@ -131,7 +138,8 @@ def prewarm_service(fleet: FleetSpec, plan: Plan, model: str,
     # `$$`: compose would read `$(cat ...)` as its own variable interpolation and refuse it.
     script = copy_script(K8sContext(fleet, plan, options), model).replace("$", "$$")
     return {
-        "image": engine_image(engine.kind, engine.version, engine.image, options),
+        "image": engine_image(engine.kind, engine.version, engine.image, options,
+                              engine.device),
         "entrypoint": ["/bin/sh", "-c", script],
         "volumes": volumes,
         "restart": "no",

@@ -61,8 +61,11 @@ def gpu_groups(plan: Plan) -> list[list[PlanInstance]]:
     """Instances that share GPUs, as connected groups in start order (P18–P20).
 
     A group of one is a plain instance. Within a group, an instance comes after those in
-    its `start_after`; ties keep plan order.
+    its `start_after`; ties keep plan order. CPU engines that share cores on one host
+    (`colocate_with`) are separate workloads: a pod gets its own cores from the kubelet.
     """
+    if plan.device == "cpu":
+        return [[inst] for inst in plan.instances]
     by_id = {inst.id: inst for inst in plan.instances}
     parent = {inst.id: inst.id for inst in plan.instances}
 

@@ -174,11 +174,13 @@ def k8s_minor(version: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def engine_image(kind: str, version: str, image: str | None, options: RenderOptions) -> str:
-    """The fleet's `engine.image`, else the engine's own (the project's image for the sim)."""
+def engine_image(kind: str, version: str, image: str | None, options: RenderOptions,
+                 device: str = "gpu") -> str:
+    """The fleet's `engine.image`, else the engine's own (the project's image for the sim,
+    vLLM's CPU image for device cpu)."""
     if image:
         return image
-    return engine_for(kind).image(version, fallback=options.gateway_image)
+    return engine_for(kind, device).image(version, fallback=options.gateway_image)
 
 
 def supports_shutdown_timeout(kind: str, version: str) -> bool:

@@ -36,9 +36,14 @@ def engine_unit(fleet: FleetSpec, plan: Plan, inst: PlanInstance, options: Rende
     argv = list(launch.argv)
     deps = [d for d in inst.start_after
             if any(i.id == d and i.node == inst.node for i in plan.instances)]
+    where = f"GPUs {','.join(str(i) for i in inst.gpu_indices)}"
+    if inst.cpu_cores:
+        from inferplane.engines.vllm.cpu import threads_bind
+
+        where = f"CPU cores {threads_bind(inst.cpu_cores)}"
     return unit_text(fleet, plan, options, inst, UnitBody(
-        description=f"inferplane {inst.model} replica {inst.replica} "
-                    f"(GPUs {','.join(str(i) for i in inst.gpu_indices)}, port {inst.port})",
+        description=f"inferplane {inst.model} replica {inst.replica} ({where}, port "
+                    f"{inst.port})",
         argv=argv, env=dict(inst.env), gpu_indices=inst.gpu_indices, deps=deps))
 
 
@@ -57,7 +62,13 @@ class UnitBody:
 def unit_text(fleet: FleetSpec, plan: Plan, options: RenderOptions, inst: PlanInstance,
               body: UnitBody) -> str:
     env = dict(body.env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in body.gpu_indices)
+    cpu_lines: list[str] = []
+    if inst.cpu_cores:  # a CPU engine: pinned to its cores, no GPU variables
+        from inferplane.engines.vllm.cpu import systemd_lines
+
+        cpu_lines = systemd_lines(inst.cpu_cores)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in body.gpu_indices)
     prewarm = prewarm_of(fleet, inst.model, options)
     if prewarm is not None:
         env.update(prewarm.env)
@@ -98,6 +109,7 @@ def unit_text(fleet: FleetSpec, plan: Plan, options: RenderOptions, inst: PlanIn
         "Restart=always",
         "RestartSec=10",
         f"LimitNOFILE={options.nofile}",
+        *cpu_lines,
         "",
         "[Install]",
         f"WantedBy={TARGET}",

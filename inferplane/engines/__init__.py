@@ -24,6 +24,7 @@ DEFAULT_DEVICE = "gpu"
 # (kind, device) -> "module:attribute" of the Engine instance.
 _ENGINES: dict[tuple[str, str], str] = {
     ("vllm", "gpu"): "inferplane.engines.vllm.engine:ENGINE",
+    ("vllm", "cpu"): "inferplane.engines.vllm.cpu:ENGINE",
     ("sim", "gpu"): "inferplane.engines.simulator.engine:ENGINE",
 }
 

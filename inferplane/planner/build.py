@@ -23,6 +23,7 @@ from inferplane.estimator.memory import estimate_memory
 from inferplane.estimator.pipeline import stage_profile, stages
 from inferplane.estimator.types import MemoryEstimate, RankMemory
 from inferplane.gpus import find_gpu, lookup_gpu
+from inferplane.gpus.cpu_host import CpuHost
 from inferplane.gpus.discovery import DiscoveredGpu
 from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
@@ -75,11 +76,18 @@ def plan_fleet(
     fleet_file: str = "",
     check_fixes: bool = True,
     objective: PlanObjective | None = None,
+    cpu_host: CpuHost | None = None,
 ) -> Plan:
     """Place every replica of every model of `fleet` on its GPUs (see docs/plan.md).
     `check_fixes`: plan again with each suggested fix of a refusal, printing only those
     that plan (off inside that check). `objective`: the fleet's `planning.objective`
-    unless given (`inferplane capacity` plans for the fewest GPUs)."""
+    unless given (`inferplane capacity` plans for the fewest GPUs). A CPU fleet
+    (`engine.device: cpu`) is placed on cores and host RAM instead (planner/cpu.py;
+    `cpu_host`: the discovered host)."""
+    if fleet.on_cpu:
+        from inferplane.planner.cpu import plan_cpu_fleet
+
+        return plan_cpu_fleet(fleet, host=cpu_host, profiles=profiles, fleet_file=fleet_file)
     if not 0 < card_budget_fraction <= 1:
         raise InferplaneError(
             "must be in (0, 1]", field="card_budget_fraction", value=card_budget_fraction,

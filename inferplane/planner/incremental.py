@@ -55,6 +55,10 @@ def add_replicas(
     profiles: Mapping[str, ModelProfile] | None = None,
 ) -> Plan:
     """`plan` with `count` more replicas of `model`, placed around the running ones."""
+    if plan.device == "cpu":  # cores and RAM kept for them (planner/cpu.py)
+        from inferplane.planner.cpu import add_cpu_replicas
+
+        return add_cpu_replicas(fleet, plan, model, count, profiles=profiles)
     spec = fleet.model(model)
     if spec is None or spec.source is None:
         raise InferplaneError("not a placed model of the fleet", field="model", value=model,
@@ -166,6 +170,10 @@ def remove_replicas(
     if unknown:
         raise InferplaneError("no such instance in the plan", field="instances",
                               value=sorted(unknown), fix="use ids from `inferplane status`")
+    if plan.device == "cpu":
+        from inferplane.planner.cpu import remove_cpu_replicas
+
+        return remove_cpu_replicas(plan, instance_ids)
     instances = [
         inst.model_copy(update={
             "shares_gpu_with": [m for m in inst.shares_gpu_with if m not in gone],

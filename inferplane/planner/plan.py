@@ -18,6 +18,7 @@ PLAN_SCHEMA_VERSION = 1
 
 PlacementPolicy = Literal["binpack", "spread"]
 PlanObjective = Literal["utilize", "min_gpus"]  # inferplane.spec.planning.Objective
+PlanDevice = Literal["gpu", "cpu"]
 
 
 class _PlanModel(BaseModel):
@@ -91,6 +92,10 @@ class PlanInstance(_PlanModel):
     env: dict[str, str]  # CUDA_VISIBLE_DEVICES (integer indices), NCCL settings (P34), ...
     pipeline_parallel_size: int = 1  # nodes per replica; 1 = the whole replica on `node`
     ranks: list[PlanRank] = Field(default_factory=list)  # one per node when PP > 1, rank 0 first
+    # engine device cpu (planner/cpu.py): the host cores the engine binds
+    # (VLLM_CPU_OMP_THREADS_BIND) and the host RAM it takes (weights + KV + runtime).
+    cpu_cores: list[int] = Field(default_factory=list)
+    host_memory_bytes: int | None = None
 
     @property
     def spans_nodes(self) -> bool:
@@ -107,6 +112,18 @@ class PlanGpu(_PlanModel):
     memory_gib: float  # total as CUDA reports it
     budget_gib: float  # the card budget the planner keeps under (default 0.95 x total)
     used_gib: float  # sum of instance shares (utilization x total) + CUDA contexts
+    free_gib: float
+    instances: list[str]  # instance ids
+
+
+class PlanCpuNode(_PlanModel):
+    """One CPU host of a CPU plan: its cores and RAM and what the plan puts on them."""
+
+    node: str
+    cores: list[int]  # core ids the engines may bind
+    memory_gib: float  # host RAM
+    budget_gib: float  # the share of it the planner keeps under
+    used_gib: float  # sum of the instances' weights + KV cache + runtime
     free_gib: float
     instances: list[str]  # instance ids
 
@@ -134,6 +151,7 @@ class Plan(_PlanModel):
     fleet_file: str
     engine: Literal["vllm", "sim"]
     engine_version: str
+    device: PlanDevice = "gpu"  # cpu: `gpus` is empty and `cpus` lists the hosts
     policy: PlacementPolicy
     # What the planner optimised once every replica was placed (docs/plan.md); plans
     # written before the field existed were planned for the fewest GPUs.
@@ -141,6 +159,7 @@ class Plan(_PlanModel):
     card_budget_fraction: float
     instances: list[PlanInstance]
     gpus: list[PlanGpu]
+    cpus: list[PlanCpuNode] = Field(default_factory=list)
     endpoints: list[PlanEndpoint] = Field(default_factory=list)
     totals: PlanTotals
     warnings: list[str] = Field(default_factory=list)

@@ -46,6 +46,9 @@ class Instance:
     gpu_memory_utilization: float = 0.0  # share of each whole card the instance takes
     start_after: tuple[str, ...] = ()  # instances that must be ready before this one starts
     startup_deadline_s: float | None = None  # None: the supervisor's default
+    # CPU engines (engine device cpu): the cores they bind and the host RAM they take.
+    cpu_cores: tuple[int, ...] = ()
+    host_memory_bytes: int = 0
 
     @property
     def url(self) -> str:

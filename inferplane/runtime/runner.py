@@ -65,6 +65,7 @@ from inferplane.runtime.vllm_fleet import (
     local_node,
     plan_for_host,
     plan_vllm_instances,
+    preflight_cpu_host,
     preflight_host,
 )
 from inferplane.sim.config import FaultConfig
@@ -240,6 +241,10 @@ class Runtime:
         self.supervisor.hidden_env = frozenset(
             name for name in (gw_spec.admin_token_env, gw_spec.metrics_token_env) if name
         )
+        if fleet.on_cpu:  # the plan sizes each CPU engine's KV cache (engines/vllm/cpu.py)
+            from inferplane.engines.vllm.cpu import INHERITED_ENV_DROP
+
+            self.supervisor.hidden_env |= INHERITED_ENV_DROP
         self._asleep: dict[str, int] = {}  # instance -> sleep level (kept out of routing)
         self._parked: set[str] = set()  # asleep, or draining before a stop: not routed
         self._removing: set[str] = set()
@@ -281,6 +286,7 @@ class Runtime:
             if self.plan is not None and self.fleet.engine.kind == "vllm":
                 # Refuse before anything starts: GPUs, their free memory, the plan's ports.
                 preflight_host(self.instances, self.options.nvml)
+                preflight_cpu_host(self.instances)
                 check_ports_free(self.instances)
             if self.plan is not None:
                 (self.state_dir.path / "plan.json").write_text(

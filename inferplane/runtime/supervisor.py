@@ -118,6 +118,7 @@ class Supervised:
             "url": inst.url,
             "gpus": list(inst.gpu_indices),
             "node": inst.node or None,
+            "cpus": list(inst.cpu_cores),  # cores a CPU engine binds (engine device cpu)
             "startup_deadline_s": inst.startup_deadline_s,
             "state": self.state,
             "restarts": self.restarts,

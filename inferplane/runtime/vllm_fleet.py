@@ -32,7 +32,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from inferplane.engines import engine_for
+from inferplane.engines.vllm.cpu import STARTUP_FLOOR_S as CPU_STARTUP_FLOOR_S
+from inferplane.engines.vllm.cpu import threads_bind
 from inferplane.errors import InferplaneError
+from inferplane.gpus.cpu_host import CpuHost, discover_cpu_host
 from inferplane.gpus.discovery import (
     DiscoveredGpu,
     check_free_memory,
@@ -108,6 +111,9 @@ def check_plan_matches(plan: Plan, fleet: FleetSpec) -> None:
     if plan.engine != fleet.engine.kind:
         problems.append(f"the plan is for engine {plan.engine}, the fleet uses "
                         f"{fleet.engine.kind}")
+    if plan.device != fleet.engine.device:
+        problems.append(f"the plan is for device {plan.device}, the fleet's engine runs on "
+                        f"{fleet.engine.device}")
     wanted = {m.name: m for m in fleet.placed_models}
     planned = {inst.model for inst in plan.instances}
     for name in sorted(planned - set(wanted)):
@@ -220,8 +226,9 @@ def _instance(
         launch = launch.with_host(host, add=True)
     argv = launch.with_command(command).argv
     env = dict(inst.env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in inst.gpu_indices)
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    if not inst.cpu_cores:  # a CPU engine's env is the plan's (vllm_cpu.engine_env)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in inst.gpu_indices)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return Instance(
         name=inst.id,
         model=inst.model,
@@ -236,7 +243,11 @@ def _instance(
         gpu_uuids=tuple(inst.gpu_uuids or ()),
         gpu_memory_utilization=inst.gpu_memory_utilization,
         start_after=tuple(d for d in inst.start_after if d in local),
-        startup_deadline_s=startup_deadline_s(inst.weights_bytes, bandwidth),
+        startup_deadline_s=startup_deadline_s(
+            inst.weights_bytes, bandwidth,
+            floor_s=STARTUP_FLOOR_S if not inst.cpu_cores else CPU_STARTUP_FLOOR_S),
+        cpu_cores=tuple(inst.cpu_cores),
+        host_memory_bytes=inst.host_memory_bytes or 0,
     )
 
 
@@ -294,6 +305,34 @@ def preflight_host(instances: list[Instance], nvml: NvmlApi | None = None) -> No
     for index, share in sorted(shares.items()):
         gpu = by_index[index]
         check_free_memory(gpu, int(gpu.total_bytes * share))
+
+
+def preflight_cpu_host(instances: list[Instance], host: CpuHost | None = None) -> None:
+    """Before a CPU fleet starts: every core an engine binds is one this process may run
+    on, and the RAM available now holds what the engines will take (weights + KV cache +
+    runtime, from the plan)."""
+    cpu = [inst for inst in instances if inst.cpu_cores]
+    if not cpu:
+        return
+    found = host or discover_cpu_host()
+    for inst in cpu:
+        missing = sorted(set(inst.cpu_cores) - set(found.cores))
+        if missing:
+            raise InferplaneError(
+                f"{inst.name} is planned on core(s) {', '.join(map(str, missing))}, which "
+                f"this host does not let it use (usable: {threads_bind(found.cores)})",
+                field="gpus", value=inst.cpu_cores,
+                fix="plan the fleet on this host (gpus: discover), or fix the node's cpu_cores",
+            )
+    need = sum(inst.host_memory_bytes for inst in cpu)
+    if need > found.available_bytes:
+        raise InferplaneError(
+            f"the CPU engines need {need / 2**30:.1f} GiB of RAM (weights + KV cache + "
+            f"runtime, from the plan) but {found.available_bytes / 2**30:.1f} GiB is "
+            "available now", field="gpus", value=f"{need / 2**30:.1f} GiB",
+            fix="stop what uses the memory (`free -g`, `ps aux --sort=-rss`), or plan fewer "
+            "replicas or a smaller kv_cache_memory_gib",
+        )
 
 
 def check_ports_free(instances: list[Instance]) -> None:

@@ -36,7 +36,7 @@ _WARNED: set[str] = set()
 def sleep_supported(fleet: FleetSpec) -> bool:
     if fleet.engine.kind == "sim":
         return True
-    ok = engine_for(fleet.engine.kind).supports_sleep(fleet.engine.version)
+    ok = engine_for(fleet.engine.kind, fleet.engine.device).supports_sleep(fleet.engine.version)
     if not ok and fleet.engine.version not in _WARNED:
         _WARNED.add(fleet.engine.version)
         log.warning(

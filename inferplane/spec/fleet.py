@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, model_validator
 
 from inferplane.spec.base import SpecModel
+from inferplane.spec.device import device_issues
 from inferplane.spec.engine import EngineSpec
 from inferplane.spec.gateway import GatewaySpec, GatewayTimeouts
 from inferplane.spec.inventory import GpuInventory, parse_gpus_field
@@ -44,7 +45,7 @@ class FleetSpec(SpecModel):
 
     @model_validator(mode="after")
     def _references(self) -> FleetSpec:
-        issues = reference_issues(self)
+        issues = reference_issues(self) + device_issues(self)
         if issues:
             raise issues_error(issues)
         return self
@@ -54,8 +55,15 @@ class FleetSpec(SpecModel):
     @property
     def discover_gpus(self) -> bool:
         """Whether planning needs this host's GPUs: `gpus: discover` and something to place
-        (a fleet of `endpoints:` models plans and renders without NVML)."""
-        return self.gpus is None and any(m.replicas > 0 for m in self.placed_models)
+        (a fleet of `endpoints:` models plans and renders without NVML; a CPU fleet reads
+        the host's cores and RAM instead, planner/cpu.py)."""
+        return (self.gpus is None and self.engine.device == "gpu"
+                and any(m.replicas > 0 for m in self.placed_models))
+
+    @property
+    def on_cpu(self) -> bool:
+        """Engines on the host's CPU cores (`engine: {kind: vllm, device: cpu}`)."""
+        return self.engine.device == "cpu"
 
     @property
     def placed_models(self) -> list[ModelSpec]:

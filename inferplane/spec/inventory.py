@@ -20,6 +20,9 @@ _NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 # NCCL_SOCKET_IFNAME syntax: names or prefixes, comma-separated, optionally `^` (exclude)
 # or `=` (exact match) first.
 _IFNAME = re.compile(r"^[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
+# The gpu_type of a CPU node (`{name, cpu_cores, host_memory_gib}`, engine device cpu):
+# its `count` is its cores, each one slot of the CPU planner (planner/cpu.py).
+CPU_NODE_TYPE = "cpu"
 MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb$")  # e.g. 1g.10gb, 3g.40gb (nvidia.com/mig-<profile>)
 
 
@@ -44,6 +47,16 @@ class NodeSpec(SpecModel):
     # their weights there; `plan` warns when they would not fit. Unset: unchecked (with
     # `gpus: discover`, the local host's RAM is read).
     host_memory_gib: PositiveFloat | None = None
+    # A CPU node (engine device cpu): its cores; gpu_type becomes `cpu`, count the cores.
+    cpu_cores: PositiveInt | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_node(cls, data: Any) -> Any:
+        # `{name: box, cpu_cores: 8, host_memory_gib: 32}` needs no gpu_type or count.
+        if isinstance(data, dict) and "cpu_cores" in data and "gpu_type" not in data:
+            return {"gpu_type": CPU_NODE_TYPE, "count": data["cpu_cores"], **data}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -59,6 +72,8 @@ class NodeSpec(SpecModel):
     @field_validator("gpu_type")
     @classmethod
     def _gpu_type(cls, value: str) -> str:
+        if value.strip().lower() == CPU_NODE_TYPE:
+            return CPU_NODE_TYPE
         return canonical_gpu_type(value)
 
     @field_validator("mig_profile")
@@ -83,6 +98,33 @@ class NodeSpec(SpecModel):
                         "ib0 (a prefix such as eth matches eth0, eth1, ...)"},
             )
         return value
+
+    @model_validator(mode="after")
+    def _cpu_fields(self) -> NodeSpec:
+        if self.cpu_cores is not None and self.gpu_type != CPU_NODE_TYPE:
+            raise issues_error([Issue(("cpu_cores",), "cpu_cores describes a CPU node; this "
+                                      f"node has GPUs ({self.gpu_type})", self.cpu_cores,
+                                      "remove cpu_cores, or gpu_type and count for a CPU node")])
+        if self.gpu_type == CPU_NODE_TYPE:
+            if self.cpu_cores is None:
+                raise issues_error([Issue(("cpu_cores",), "a CPU node needs cpu_cores", None,
+                                          "add cpu_cores: N (the cores vLLM may use)")])
+            if self.count != self.cpu_cores:
+                raise issues_error([Issue(("count",), "a CPU node's count is its cpu_cores",
+                                          self.count, "remove count")])
+            if self.host_memory_gib is None:
+                raise issues_error([Issue(("host_memory_gib",), "a CPU node needs its RAM: "
+                                          "weights and KV cache live there", None,
+                                          "add host_memory_gib: G (`free -g`'s total)")])
+            if self.sharing != "none":
+                raise issues_error([Issue(("sharing",), "a CPU node has no GPUs to share",
+                                          self.sharing, "remove sharing")])
+        return self
+
+    @property
+    def is_cpu(self) -> bool:
+        """A CPU node (engine device cpu): cores and RAM, no GPUs."""
+        return self.gpu_type == CPU_NODE_TYPE
 
     @model_validator(mode="after")
     def _sharing(self) -> NodeSpec:

@@ -156,6 +156,7 @@ ENGINE_FIELDS: tuple[str, ...] = (
     "gpu_memory_utilization",
     "kv_cache_memory_gib",
     "enforce_eager",
+    "cpu_cores",
     "extra_args",
     "env",
     "placement",
@@ -186,6 +187,9 @@ class ModelSpec(SpecModel):
     gpu_memory_utilization: AutoOrFraction = "auto"  # fraction of the whole card (P01)
     kv_cache_memory_gib: PositiveFloat | None = None  # fixed KV pool (vLLM --kv-cache-memory)
     enforce_eager: StrictBool = False  # no CUDA graphs: slower (P33), planner's last resort
+    # engine device cpu: the cores each replica binds (VLLM_CPU_OMP_THREADS_BIND); None:
+    # the node's cores split evenly between the replicas that do not share cores.
+    cpu_cores: PositiveInt | None = None
     extra_args: dict[str, ExtraArgValue] = Field(default_factory=dict)
     env: EnvMap = Field(default_factory=dict)
 

@@ -18,15 +18,17 @@ class FleetSummary:
     endpoints: int
     gpus: int | None  # None: discovered at run time
     nodes: int | None
+    device: str = "gpu"  # cpu: `gpus` counts CPU cores
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def describe(self) -> str:
+        unit = "CPU core" if self.device == "cpu" else "GPU"
         if self.gpus is None or self.nodes is None:
-            gpus = "GPUs: discover"
+            gpus = f"{unit}s: discover"
         else:
-            gpus = f"{_count(self.gpus, 'GPU')} on {_count(self.nodes, 'node')}"
+            gpus = f"{_count(self.gpus, unit)} on {_count(self.nodes, 'node')}"
         return (
             f"{_count(self.models, 'model')} "
             f"({self.placed_models} placed, {self.endpoint_models} endpoint-only), "
@@ -41,6 +43,8 @@ def _count(number: int, noun: str) -> str:
 
 def summarize(fleet: FleetSpec) -> FleetSummary:
     engine = fleet.engine.kind if fleet.engine.kind == "sim" else f"vllm {fleet.engine.version}"
+    if fleet.on_cpu:
+        engine += " on CPU"
     return FleetSummary(
         engine=engine,
         models=len(fleet.models),
@@ -50,4 +54,5 @@ def summarize(fleet: FleetSpec) -> FleetSummary:
         endpoints=sum(len(model.endpoints or ()) for model in fleet.endpoint_models),
         gpus=None if fleet.gpus is None else fleet.gpus.total_gpus,
         nodes=None if fleet.gpus is None else len(fleet.gpus.nodes),
+        device=fleet.engine.device,
     )

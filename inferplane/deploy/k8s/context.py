@@ -111,7 +111,8 @@ class K8sContext:
     @property
     def image(self) -> str:
         engine = self.fleet.engine
-        return engine_image(engine.kind, engine.version, engine.image, self.options)
+        return engine_image(engine.kind, engine.version, engine.image, self.options,
+                            engine.device)
 
     @cached_property
     def workloads(self) -> list[Workload]:
@@ -183,6 +184,17 @@ class K8sContext:
 
     def selector(self, workload: Workload) -> dict[str, str]:
         return {LABEL_PART_OF: PART_OF, LABEL_WORKLOAD: workload.name}
+
+    def cpu_node_selector(self) -> dict[str, str]:
+        """The labels every CPU node of the fleet file shares (none: any node)."""
+        inventory = self.fleet.gpus
+        label_sets = [dict(n.labels) for n in inventory.nodes] if inventory else []
+        if not label_sets or not all(label_sets):
+            return {}
+        common = dict(label_sets[0])
+        for labels in label_sets[1:]:
+            common = {k: v for k, v in common.items() if labels.get(k) == v}
+        return dict(sorted(common.items()))
 
     def node_selector(self, gpu_type: str) -> dict[str, str]:
         """Pin pods to nodes of the plan's GPU type (P14): the Kubernetes scheduler counts

@@ -44,7 +44,7 @@ def engine_argv(ctx: K8sContext, inst: PlanInstance) -> list[str]:
 
 
 def launcher_script(
-    ctx: K8sContext, inst: PlanInstance, role: str, wait_ports: list[int]
+    ctx: K8sContext, inst: PlanInstance, role: str, wait_ports: list[int], cpu: bool = False
 ) -> str:
     """The `sh -c` wrapper that execs the argv given as "$@" (no re-quoting of JSON, P05)."""
     nofile = ctx.options.nofile
@@ -52,6 +52,10 @@ def launcher_script(
         "set -eu",
         f'ulimit -n {nofile} 2>/dev/null || ulimit -n "$(ulimit -Hn)"',  # P30
     ]
+    if cpu:
+        from inferplane.engines.vllm.cpu import K8S_BIND_LINE
+
+        lines.append(K8S_BIND_LINE)
     if role == "primary":
         lines += [
             f"nvidia-smi --query-gpu=gpu_uuid --format=csv,noheader > {HANDOFF_FILE}.tmp",
@@ -106,9 +110,10 @@ def engine_container(
 ) -> dict[str, Any]:
     inst = workload.members[position]
     opts = ctx.options
-    paths = engine_for(ctx.fleet.engine.kind).endpoints
-    gpu_slices = sharing.slices(ctx, workload)
-    handoff = workload.colocated and gpu_slices is None
+    cpu = bool(inst.cpu_cores)  # a CPU engine: cores and RAM, no GPU, no hand-off
+    paths = engine_for(ctx.fleet.engine.kind, ctx.fleet.engine.device).endpoints
+    gpu_slices = None if cpu else sharing.slices(ctx, workload)
+    handoff = workload.colocated and gpu_slices is None and not cpu
     role = "solo" if not handoff else "primary" if position == 0 else "secondary"
     earlier = workload.members[:position]
     wait_ports = [m.port for m in earlier if m.id in inst.start_after]
@@ -134,7 +139,13 @@ def engine_container(
     }
     limits: dict[str, str] = {}
     argv = engine_argv(ctx, inst)
-    if gpu_slices is not None:
+    if cpu:
+        from inferplane.engines.vllm import cpu as vllm_cpu
+
+        requests = vllm_cpu.k8s_resources(inst.cpu_cores, inst.host_memory_bytes)
+        limits = dict(requests)  # Guaranteed QoS: the static CPU manager gives whole cores
+        env.pop(vllm_cpu.THREADS_BIND_ENV, None)  # the pod's own cpuset, read at start
+    elif gpu_slices is not None:
         piece = gpu_slices[position]
         requests.update(piece.resources)
         limits.update(piece.resources)  # requests = limits
@@ -156,7 +167,8 @@ def engine_container(
         "name": pname,
         "image": ctx.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", launcher_script(ctx, inst, role, wait_ports), "launch"],
+        "command": ["/bin/sh", "-c", launcher_script(ctx, inst, role, wait_ports, cpu=cpu),
+                    "launch"],
         "args": argv,
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "ports": [{"name": pname, "containerPort": inst.port, "protocol": "TCP"}],
@@ -178,7 +190,8 @@ def pod_spec(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(tp)}Gi"}}
     ]
-    if workload.colocated and sharing.slices(ctx, workload) is None:
+    cpu = bool(inst.cpu_cores)
+    if workload.colocated and not cpu and sharing.slices(ctx, workload) is None:
         volumes.append({"name": "gpu-handoff", "emptyDir": {"medium": "Memory",
                                                              "sizeLimit": "1Mi"}})
     hf = False
@@ -198,6 +211,11 @@ def pod_spec(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": ctx.options.grace_s(),
     }
+    if cpu:  # any node with the cores and RAM; the fleet's node labels when it gives them
+        spec["nodeSelector"] = ctx.cpu_node_selector()
+        del spec["tolerations"]
+        if not spec["nodeSelector"]:
+            del spec["nodeSelector"]
     if prewarmed:
         spec["initContainers"] = [weights.wait_init_container(ctx, prewarmed)]
         volumes.append(weights.prewarm_root_volume(ctx))
