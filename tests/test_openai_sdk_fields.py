@@ -30,7 +30,8 @@ def client(harness: Harness, tmp_path_factory: pytest.TempPathFactory  # noqa: F
            ) -> Iterator[openai.OpenAI]:
     base = tmp_path_factory.mktemp("sdk-models")
     configs = [
-        SimEngineConfig(model="chat", max_model_len=2048, eos_after_tokens=6),
+        SimEngineConfig(model="chat", max_model_len=2048, eos_after_tokens=6,
+                        tool_call_parser="hermes"),
         SimEngineConfig(model="emb", model_dir=embed_model_dir(base / "plain")),
         SimEngineConfig(model="mrl", model_dir=embed_model_dir(base / "mrl", is_matryoshka=True)),
     ]
@@ -124,7 +125,7 @@ def test_tools(client: openai.OpenAI) -> None:
 
 def test_echo_n_and_prompt_lists(client: openai.OpenAI) -> None:
     echoed = client.completions.create(model="chat", prompt="Once", echo=True, max_tokens=2)
-    assert echoed.choices[0].text == "Once sim filler"
+    assert echoed.choices[0].text == "Oncesim filler"
     several = client.chat.completions.create(model="chat", messages=MESSAGES, n=3, max_tokens=2)
     assert [c.index for c in several.choices] == [0, 1, 2]
     assert several.usage is not None and several.usage.completion_tokens == 6

@@ -39,8 +39,10 @@ def _configs(monkeypatch: pytest.MonkeyPatch, *args: str) -> list[SimEngineConfi
 def test_logprob_and_tool_choice_flags_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     default: Any = _configs(monkeypatch)[0]
     assert default.max_logprobs == 20 and default.enable_auto_tool_choice is False
-    config: Any = _configs(monkeypatch, "--max-logprobs", "5", "--enable-auto-tool-choice")[0]
+    config: Any = _configs(monkeypatch, "--max-logprobs", "5", "--enable-auto-tool-choice",
+                           "--tool-call-parser", "hermes")[0]
     assert config.max_logprobs == 5 and config.enable_auto_tool_choice is True
+    assert config.tool_call_parser == "hermes"
 
 
 def test_runner_flag_reaches_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,9 +17,11 @@ import pytest
 from model_factory import embed_model_dir
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferplane.engines.sim.build import build_parts
 from inferplane.engines.sim.config import SimEngineConfig
 from inferplane.engines.sim.fake_vllm import parse_serve_args
 from inferplane.engines.sim.host import EngineHandle, EngineHost
+from inferplane.errors import InferplaneError
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -63,9 +65,10 @@ TOOLS: list[Any] = [
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EngineHandle]]:
     base = tmp_path_factory.mktemp("models")
     configs = [
-        SimEngineConfig(model="m", max_model_len=2048, eos_after_tokens=6),
         SimEngineConfig(model="m", max_model_len=2048, eos_after_tokens=6,
-                        enable_auto_tool_choice=True, max_logprobs=5),
+                        tool_call_parser="hermes"),
+        SimEngineConfig(model="m", max_model_len=2048, eos_after_tokens=6,
+                        enable_auto_tool_choice=True, tool_call_parser="hermes", max_logprobs=5),
         SimEngineConfig(model="emb", model_dir=embed_model_dir(base / "plain")),
         SimEngineConfig(model="mrl", model_dir=embed_model_dir(
             base / "mrl", matryoshka_dimensions=[256, 512, 1024])),
@@ -295,6 +298,22 @@ def test_auto_tool_choice_needs_the_flag(engines: list[EngineHandle], http: http
     assert enabled.json()["choices"][0]["message"]["content"]
 
 
+def test_forced_tool_calls_need_a_tool_call_parser() -> None:
+    """vLLM refuses tool_choice "required" or a named function without --tool-call-parser,
+    and does not start with --enable-auto-tool-choice alone (issue 28: the parser given in
+    extra_args must reach the simulator)."""
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    with EngineHost([SimEngineConfig(model="m", eos_after_tokens=2)]) as handles:
+        url = handles[0].url + CHAT
+        for choice, words in (("required", 'tool_choice="required"'),
+                              (named, 'tool_choice=function "get_weather"')):
+            error = _error(httpx.post(url, json={"model": "m", "messages": MESSAGES,
+                                                 "tools": TOOLS, "tool_choice": choice}))
+            assert error["message"] == f"{words} requires --tool-call-parser to be set"
+    with pytest.raises(InferplaneError, match="--enable-auto-tool-choice requires"):
+        build_parts(SimEngineConfig(model="m", enable_auto_tool_choice=True))
+
+
 def test_tool_choice_validation_is_vllms(http: httpx.Client) -> None:
     unknown = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES, "tools": TOOLS,
                                            "tool_choice": {"type": "function",
@@ -310,7 +329,7 @@ def test_tool_choice_validation_is_vllms(http: httpx.Client) -> None:
 def test_tool_choice_none_answers_text(http: httpx.Client) -> None:
     reply = http.post(CHAT, json={"model": "m", "messages": MESSAGES, "tools": TOOLS,
                                   "tool_choice": "none", "max_tokens": 2}).json()
-    assert reply["choices"][0]["message"]["content"] == " sim filler"
+    assert reply["choices"][0]["message"]["content"] == "sim filler"
 
 
 # -- echo, n, prompt lists ---------------------------------------------------------------
@@ -319,17 +338,17 @@ def test_tool_choice_none_answers_text(http: httpx.Client) -> None:
 def test_echo_prepends_the_prompt(http: httpx.Client) -> None:
     reply = http.post(COMPLETIONS, json={"model": "m", "prompt": "Once upon", "echo": True,
                                          "max_tokens": 2}).json()
-    assert reply["choices"][0]["text"] == "Once upon sim filler"
+    assert reply["choices"][0]["text"] == "Once uponsim filler"
     scored = http.post(COMPLETIONS, json={"model": "m", "prompt": "Once upon", "echo": True,
                                           "max_tokens": 2, "logprobs": 1}).json()
     logprobs = scored["choices"][0]["logprobs"]
-    assert "".join(logprobs["tokens"]) == "Once upon sim filler"
+    assert "".join(logprobs["tokens"]) == "Once uponsim filler"
     assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"][0] is None
     assert all(v <= 0 for v in logprobs["token_logprobs"][1:])
     events = _events(http.post(COMPLETIONS, json={"model": "m", "prompt": "Once upon",
                                                   "echo": True, "max_tokens": 2,
                                                   "stream": True}))
-    assert "".join(e["choices"][0]["text"] for e in events) == "Once upon sim filler"
+    assert "".join(e["choices"][0]["text"] for e in events) == "Once uponsim filler"
 
 
 def test_echo_of_token_ids_needs_a_tokenizer(http: httpx.Client) -> None:

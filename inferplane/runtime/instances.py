@@ -68,7 +68,7 @@ def _sim_gpu(fleet: FleetSpec) -> str:
 
 # The `extra_args` a simulated engine honours as vLLM does (they change which requests it
 # accepts); the others tune what the simulator does not model and are not passed.
-SIM_EXTRA_FLAGS = ("max-logprobs", "enable-auto-tool-choice")
+SIM_EXTRA_FLAGS = ("max-logprobs", "enable-auto-tool-choice", "tool-call-parser")
 
 
 def sim_argv(

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -25,6 +26,7 @@ from inferplane.engines.sim.metrics import CONTENT_TYPE
 from inferplane.engines.sim.protocol import ApiError, SamplingRequest, parse_sampling, usage
 from inferplane.engines.sim.responses import ResponsesApi
 from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
+from inferplane.engines.sim.tokenize import detokenize, tokenize
 from inferplane.engines.sim.tokens import render_chat
 from inferplane.engines.sim.validation import validate_request
 
@@ -70,9 +72,14 @@ class EngineApp:
                 Route("/wake_up", self.wake_up, methods=["POST"]),
                 Route("/is_sleeping", self.is_sleeping, methods=["GET"]),
                 Route("/collective_rpc", self.collective_rpc, methods=["POST"]),
+                Route("/tokenize", self.tokenize, methods=["POST"]),
+                Route("/detokenize", self.detokenize, methods=["POST"]),
                 *self.responses.routes(),
             ],
-            exception_handlers={ApiError: self._api_error},  # type: ignore[dict-item]
+            exception_handlers={
+                ApiError: self._api_error,  # type: ignore[dict-item]
+                HTTPException: self._http_error,  # type: ignore[dict-item]
+            },
         )
 
     # -- faults ----------------------------------------------------------------------
@@ -109,6 +116,17 @@ class EngineApp:
 
     async def _api_error(self, request: Request, exc: ApiError) -> Response:
         return _OrjsonResponse(exc.body(), status_code=exc.status)
+
+    async def _http_error(self, request: Request, exc: HTTPException) -> Response:
+        # FastAPI's shape, as vLLM answers a route it has not registered (a generate model's
+        # /v1/embeddings, a pooling model's /v1/chat/completions, any unknown path).
+        return _OrjsonResponse({"detail": exc.detail}, status_code=exc.status_code,
+                               headers=exc.headers)
+
+    def _require_task(self, task: str) -> None:
+        """vLLM registers each API's routes only for models of its task: elsewhere 404."""
+        if (self.engine.parts.profile.default_task == "embed") != (task == "embed"):
+            raise HTTPException(404, "Not Found")
 
     # -- simple endpoints ------------------------------------------------------------
 
@@ -187,6 +205,18 @@ class EngineApp:
         await self._gate()
         return _OrjsonResponse({"is_sleeping": self.engine.sleeping})
 
+    async def tokenize(self, request: Request) -> Response:
+        await self._gate()
+        body = await self._json_object(request)
+        self._check_model(body.get("model"))
+        return _OrjsonResponse(tokenize(self.engine.parts, body, self.engine.max_model_len))
+
+    async def detokenize(self, request: Request) -> Response:
+        await self._gate()
+        body = await self._json_object(request)
+        self._check_model(body.get("model"))
+        return _OrjsonResponse(detokenize(self.engine.parts, body))
+
     # -- generation ------------------------------------------------------------------
 
     async def _json_object(self, request: Request) -> dict[str, Any]:
@@ -204,8 +234,8 @@ class EngineApp:
         validate_request(body, kind)  # field types as vLLM's protocol models check them
         return body
 
-    def _check_model(self, model: str) -> None:
-        if model != self.engine.model_name:
+    def _check_model(self, model: Any) -> None:
+        if model is not None and model != self.engine.model_name:
             raise ApiError(404, f"The model `{model}` does not exist.", "model")
 
     def _submit(
@@ -227,12 +257,11 @@ class EngineApp:
 
     async def chat(self, request: Request) -> Response:
         await self._gate()
+        self._require_task("generate")
         body = await self._body(request, "chat")
         chat_validators(body)  # the request model's own checks run while it is parsed
         sampling = parse_sampling(body, chat=True)
         self._check_model(sampling.model)
-        if self.engine.parts.profile.default_task == "embed":
-            raise ApiError(400, "The model does not support Chat Completions API")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "messages must be a non-empty list", "messages")
@@ -247,11 +276,10 @@ class EngineApp:
 
     async def completions(self, request: Request) -> Response:
         await self._gate()
+        self._require_task("generate")
         body = await self._body(request, "completion")
         sampling = parse_sampling(body, chat=False)
         self._check_model(sampling.model)
-        if self.engine.parts.profile.default_task == "embed":
-            raise ApiError(400, "The model does not support Completions API")
         fields = completion_fields(
             body, self.engine.parts.config, self.engine.parts.profile.vocab_size
         )
@@ -347,13 +375,12 @@ class EngineApp:
 
     async def embeddings(self, request: Request) -> Response:
         await self._gate()
+        self._require_task("embed")
         body = await self._body(request, "embedding")
         model = body.get("model")
         if not isinstance(model, str):
             raise ApiError(400, "model must be a string", "model")
         self._check_model(model)
-        if self.engine.parts.profile.default_task != "embed":
-            raise ApiError(400, "The model does not support Embeddings API", "model")
         raw = body.get("input")
         batched = isinstance(raw, list) and bool(raw) and not isinstance(raw[0], int)
         inputs: list[Any] = list(raw) if batched and isinstance(raw, list) else [raw]

@@ -275,6 +275,11 @@ def _tool_call(body: dict[str, Any], config: SimEngineConfig) -> ToolCall | None
         if not config.enable_auto_tool_choice:
             raise ApiError(400, AUTO_TOOL_CHOICE)
         return None  # the simulated model "decides" to answer in text
+    if not config.tool_call_parser:
+        # OpenAIServingChat: a forced call needs a parser to turn the output into tool_calls.
+        what = ('"required"' if choice == "required"
+                else f'function "{choice["function"]["name"]}"')
+        raise ApiError(400, f"tool_choice={what} requires --tool-call-parser to be set")
     if choice == "required":
         tool = tools[0]  # a model forced to call some tool: the sim calls the first
     else:
