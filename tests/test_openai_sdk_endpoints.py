@@ -195,10 +195,10 @@ def test_embeddings_completions_chat(client: openai.OpenAI) -> None:
         model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=3
     )
     assert chat.choices[0].message.content == "sim filler token"
-    with pytest.raises(openai.BadRequestError) as caught:
+    # vLLM registers the chat route only for generate models: FastAPI's 404 elsewhere
+    with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(model="embed", messages=[{"role": "user", "content": "x"}])
-    assert isinstance(caught.value.body, dict)
-    assert caught.value.body["message"] == "The model does not support Chat Completions API"
+    assert caught.value.status_code == 404
 
 
 def test_responses_need_the_store_to_be_retrieved(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_completion_logprobs(client: openai.OpenAI) -> None:
     assert "".join(logprobs.tokens) == reply.choices[0].text
     assert logprobs.token_logprobs is not None and all(v <= 0 for v in logprobs.token_logprobs)
     assert logprobs.top_logprobs is not None and [len(t) for t in logprobs.top_logprobs] == [2] * 3
-    assert logprobs.text_offset == [0, 4, 11]
+    assert logprobs.text_offset == [0, 3, 10]  # "sim", " filler", " token"
     message = _bad_request(lambda: client.completions.create(model="chat", prompt="x",
                                                               logprobs=30))
     assert message.startswith("Requested sample logprobs of 30, which is greater than max")

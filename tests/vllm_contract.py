@@ -86,12 +86,16 @@ def _completion(**fields: Any) -> dict[str, Any]:
             **fields}
 
 
-_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"},
-                                            "temp": {"type": "integer"}},
+# Bounded strings and numbers: a random-weight model fills an unbounded string until
+# max_tokens, and a cut JSON is not parsed into a tool call.
+_CITY = {"type": "string", "minLength": 2, "maxLength": 8}
+_SCHEMA = {"type": "object", "properties": {"city": _CITY,
+                                            "temp": {"type": "integer", "minimum": -50,
+                                                     "maximum": 50}},
            "required": ["city", "temp"], "additionalProperties": False}
 _TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city", "strict": True,
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+    "parameters": {"type": "object", "properties": {"city": _CITY},
                    "required": ["city"], "additionalProperties": False}}}
 _NAMED = {"type": "function", "function": {"name": "get_weather"}}
 _LONG_TEXT = "hello " * 600  # > 512 tokens with any tokenizer
@@ -110,7 +114,7 @@ _CC, _CO, _EM = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 
 def _cases() -> list[Case]:
     include_usage = {"stream": True, "stream_options": {"include_usage": True}}
-    tools = {"tools": [_TOOL], "parallel_tool_calls": False, "max_tokens": 40}
+    tools = {"tools": [_TOOL], "parallel_tool_calls": False, "max_tokens": 60}
     chat = [
         Case("chat", CHAT, _CC, _chat()),
         Case("chat_stream", CHAT, _CC, _chat(stream=True)),
@@ -130,6 +134,7 @@ def _cases() -> list[Case]:
              _chat(tool_choice="required", **tools)),
         Case("chat_tools_named", CHAT, _CC, _chat(tool_choice=_NAMED, **tools)),
         Case("chat_tools_none", CHAT, _CC, _chat(tool_choice="none", **tools)),
+        Case("chat_tools_auto", CHAT, _CC, _chat(tool_choice="auto", **tools)),
         Case("chat_tools_stream_named", CHAT, _CC,
              _chat(tool_choice=_NAMED, stream=True, **tools)),
         Case("chat_tool_result", CHAT, _CC,
@@ -281,14 +286,15 @@ def _error(body: Any) -> dict[str, Any] | None:
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
         return None
-    message = str(error.get("message"))
+    full = str(error.get("message"))
+    message = full
     if error.get("type") == "Bad Request":
         # A validation error: the first line and the failing field locations (pydantic's
-        # input dumps and URL suffixes differ between versions, the fields must not).
-        message = message.split("\n", 1)[0] + " " + " ".join(
-            sorted(set(re.findall(r"'loc': \(([^)]*)\)", message))))
+        # wording of each error differs between versions, the fields must not).
+        locs = re.findall(r"'loc': ('[^']*'|\([^)]*\))", full)
+        message = " ".join([full.split("\n", 1)[0], *sorted(set(locs))])
     return {"type": error.get("type"), "param": error.get("param"), "code": error.get("code"),
-            "message": mask(message)}
+            "message": mask(message), "full_message": mask(full)}  # the latter: for review
 
 
 def _events(text: str) -> list[Any]:
@@ -407,6 +413,45 @@ def _event_label(event: Any) -> str:
     return str(event.get("event") or event["shape"].get("$.type", "chunk"))
 
 
+def _merged(events: list[Any]) -> dict[str, str]:
+    """One shape for several events: every path of any of them, with all types seen."""
+    kinds: dict[str, set[str]] = {}
+    for event in events:
+        for path, kind in event["shape"].items():
+            kinds.setdefault(path, set()).update(kind.split("|"))
+    return {path: "|".join(sorted(k)) for path, k in sorted(kinds.items())}
+
+
+def _stream_diffs(name: str, real: list[Any], sim: list[Any]) -> list[str]:
+    """Named SSE events (the Responses API): the sequence of names, then each event's shape.
+    Chat/completions chunks: the first chunk, the last one and the chunks between (merged):
+    how many tokens one chunk carries depends on timing in vLLM (a busy server sends several
+    in one), so a stream of few tokens may have no chunk between its first and last."""
+    out: list[str] = []
+    if any(isinstance(e, dict) and "event" in e for e in real):
+        real_labels, sim_labels = [_event_label(e) for e in real], [_event_label(e) for e in sim]
+        if real_labels != sim_labels:
+            return [f"{name} events: {real_labels} != {sim_labels}"]
+        for i, (r, s) in enumerate(zip(real, sim, strict=True)):
+            if r != s and r != "[DONE]":
+                out += _shape_diffs(f"{name} event[{i}]", r["shape"], s["shape"])
+        return out
+    for side, events in (("real", real), ("sim", sim)):
+        if not events or events[-1] != "[DONE]":
+            out.append(f"{name} events: {side} stream does not end with [DONE]")
+    real_chunks = [e for e in real if e != "[DONE]"]
+    sim_chunks = [e for e in sim if e != "[DONE]"]
+    if not real_chunks or not sim_chunks:
+        return out + ([] if len(real_chunks) == len(sim_chunks) else
+                      [f"{name} events: {len(real_chunks)} != {len(sim_chunks)} chunks"])
+    out += _shape_diffs(f"{name} first ", real_chunks[0]["shape"], sim_chunks[0]["shape"])
+    out += _shape_diffs(f"{name} last ", real_chunks[-1]["shape"], sim_chunks[-1]["shape"])
+    if len(real_chunks) > 2 and len(sim_chunks) > 2:
+        out += _shape_diffs(f"{name} between ", _merged(real_chunks[1:-1]),
+                            _merged(sim_chunks[1:-1]))
+    return out
+
+
 def case_diffs(name: str, real: Mapping[str, Any], sim: Mapping[str, Any]) -> list[str]:
     """Differences of one case, each one line: `<case> <what>: <how>`."""
     out: list[str] = []
@@ -420,15 +465,7 @@ def case_diffs(name: str, real: Mapping[str, Any], sim: Mapping[str, Any]) -> li
     if real.get("status") != sim.get("status"):
         return out  # the bodies of different answers are not comparable
     if "events" in real or "events" in sim:
-        real_events, sim_events = real.get("events") or [], sim.get("events") or []
-        real_labels = [_event_label(e) for e in real_events]
-        sim_labels = [_event_label(e) for e in sim_events]
-        if real_labels != sim_labels:
-            out.append(f"{name} events: {real_labels} != {sim_labels}")
-        else:
-            for i, (r, s) in enumerate(zip(real_events, sim_events, strict=True)):
-                if r != s and r != "[DONE]":
-                    out += _shape_diffs(f"{name} event[{i}]", r["shape"], s["shape"])
+        out += _stream_diffs(name, real.get("events") or [], sim.get("events") or [])
     elif real.get("error") is None and isinstance(real.get("body"), dict):
         out += _shape_diffs(f"{name} ", real["body"], sim.get("body") or {})
     elif real.get("body") != sim.get("body"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import math
 import struct
@@ -23,12 +24,18 @@ from inferplane.engines.sim.engine import SimEngine
 from inferplane.engines.sim.fields import Fields, chat_fields, chat_validators, completion_fields
 from inferplane.engines.sim.generate import Generation, Prompt
 from inferplane.engines.sim.metrics import CONTENT_TYPE
-from inferplane.engines.sim.protocol import ApiError, SamplingRequest, parse_sampling, usage
+from inferplane.engines.sim.protocol import (
+    ApiError,
+    SamplingRequest,
+    parse_sampling,
+    prompt_too_long,
+    usage,
+)
 from inferplane.engines.sim.responses import ResponsesApi
 from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
 from inferplane.engines.sim.tokenize import detokenize, tokenize
 from inferplane.engines.sim.tokens import render_chat
-from inferplane.engines.sim.validation import validate_request
+from inferplane.engines.sim.validation import validate_request, validation_error
 
 # vLLM's request log line (`--enable-log-requests`), so a request id is found in the
 # engine's log (`inferplane trace`); off unless a handler is attached (`inferplane sim`).
@@ -145,7 +152,14 @@ class EngineApp:
             "root": engine.parts.profile.name,
             "parent": None,
             "max_model_len": engine.max_model_len,
-            "permission": [],
+            # vLLM's ModelPermission card (OpenAI's legacy shape), one per model
+            "permission": [{
+                "id": f"modelperm-{engine.parts.profile.name.encode().hex()[:32]}",
+                "object": "model_permission", "created": engine.created,
+                "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                "organization": "*", "group": None, "is_blocking": False,
+            }],
             # Not vLLM's: how usage counts were formed ("tokenizer": the model's
             # tokenizer.json; "approximate": ceil(len/4) per word, see docs/simulator.md).
             "inferplane": {
@@ -221,10 +235,21 @@ class EngineApp:
 
     async def _json_object(self, request: Request) -> dict[str, Any]:
         """The request body as a JSON object, or the 400 vLLM answers when it is not one."""
+        raw = await request.body()
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(400, f"Invalid JSON body: {exc}") from exc
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            # FastAPI's json_invalid validation error (position and message of json.loads)
+            try:
+                json.loads(raw)
+                pos, why = 0, "JSON decode error"
+            except json.JSONDecodeError as exc:
+                pos, why = exc.pos, exc.msg
+            except UnicodeDecodeError as exc:
+                pos, why = exc.start, str(exc)
+            raise validation_error([{"type": "json_invalid", "loc": ("body", pos),
+                                     "msg": "JSON decode error", "input": {},
+                                     "ctx": {"error": why}}]) from None
         if not isinstance(body, dict):
             raise ApiError(400, "The request body must be a JSON object.")
         return body
@@ -234,9 +259,13 @@ class EngineApp:
         validate_request(body, kind)  # field types as vLLM's protocol models check them
         return body
 
-    def _check_model(self, model: Any) -> None:
+    def _check_model(self, model: Any, *, aliases: bool = True) -> None:
+        """vLLM's unknown-model 404; the generate APIs name the served aliases."""
         if model is not None and model != self.engine.model_name:
-            raise ApiError(404, f"The model `{model}` does not exist.", "model")
+            if not aliases:  # the pooling APIs' check is older and plainer
+                raise ApiError(404, f"The model `{model}` does not exist.")
+            raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: "
+                                f"{self.engine.model_name}.", "model")
 
     def _submit(
         self, request: SimRequest, queue: asyncio.Queue[TokenEvent] | None = None
@@ -362,8 +391,8 @@ class EngineApp:
         parts = self.engine.parts
         name = self.engine.model_name
         if not parts.is_matryoshka:
-            raise ApiError(400, f'Model "{name}" does not support matryoshka representation, '
-                                "changing output dimensions will lead to poor results.")
+            raise ApiError(400, f"Model '{name}' does not support Matryoshka embeddings; "
+                                f"dimensions must be unset (received dimensions={dimensions}).")
         allowed = parts.matryoshka_dimensions
         if allowed is not None and dimensions not in allowed:
             raise ApiError(400, f'Model "{name}" only supports {list(allowed)} matryoshka '
@@ -380,7 +409,7 @@ class EngineApp:
         model = body.get("model")
         if not isinstance(model, str):
             raise ApiError(400, "model must be a string", "model")
-        self._check_model(model)
+        self._check_model(model, aliases=False)
         raw = body.get("input")
         batched = isinstance(raw, list) and bool(raw) and not isinstance(raw[0], int)
         inputs: list[Any] = list(raw) if batched and isinstance(raw, list) else [raw]
@@ -392,12 +421,7 @@ class EngineApp:
         prompts = [self._prompt_ids(item) for item in inputs]
         for ids in prompts:
             if len(ids) > self.engine.max_model_len:
-                raise ApiError(
-                    400,
-                    f"This model's maximum context length is {self.engine.max_model_len} "
-                    f"tokens. However, your request has {len(ids)} input tokens.",
-                    "input",
-                )
+                raise prompt_too_long(self.engine.max_model_len, len(ids))
         rid = self.engine.new_request_id("embd", request.headers.get("x-request-id"))
         sims = [SimRequest(f"{rid}-{i}", ids, 1, "stop", 0.0) for i, ids in enumerate(prompts)]
         queues = [self._submit(sim) for sim in sims]
