@@ -414,19 +414,30 @@ def _event_label(event: Any) -> str:
 
 
 def _merged(events: list[Any]) -> dict[str, str]:
-    """One shape for several events: every path of any of them, with all types seen."""
+    """One shape for several chunks: every path any of them has, with the types seen; `null`
+    only where nothing else was (a field null in some chunks and set in one, such as
+    `finish_reason`, reads the same whether a stream came in two chunks or twenty)."""
     kinds: dict[str, set[str]] = {}
     for event in events:
         for path, kind in event["shape"].items():
             kinds.setdefault(path, set()).update(kind.split("|"))
-    return {path: "|".join(sorted(k)) for path, k in sorted(kinds.items())}
+    return {path: "|".join(sorted(k - {"null"} or k)) for path, k in sorted(kinds.items())}
+
+
+def _chunk_class(event: Any) -> str:
+    shape = event["shape"]
+    if shape.get("$.choices") == "list" and "$.choices[]" not in shape:
+        return "usage"  # `choices: []` with the usage of the whole stream
+    if "$.choices[].delta.role" in shape:
+        return "role"
+    return "tokens"
 
 
 def _stream_diffs(name: str, real: list[Any], sim: list[Any]) -> list[str]:
     """Named SSE events (the Responses API): the sequence of names, then each event's shape.
-    Chat/completions chunks: the first chunk, the last one and the chunks between (merged):
+    Chat/completions chunks by class (the role chunk, token chunks merged, the usage chunk):
     how many tokens one chunk carries depends on timing in vLLM (a busy server sends several
-    in one), so a stream of few tokens may have no chunk between its first and last."""
+    at once, a short answer may come in one chunk), the classes and their fields do not."""
     out: list[str] = []
     if any(isinstance(e, dict) and "event" in e for e in real):
         real_labels, sim_labels = [_event_label(e) for e in real], [_event_label(e) for e in sim]
@@ -439,16 +450,16 @@ def _stream_diffs(name: str, real: list[Any], sim: list[Any]) -> list[str]:
     for side, events in (("real", real), ("sim", sim)):
         if not events or events[-1] != "[DONE]":
             out.append(f"{name} events: {side} stream does not end with [DONE]")
-    real_chunks = [e for e in real if e != "[DONE]"]
-    sim_chunks = [e for e in sim if e != "[DONE]"]
-    if not real_chunks or not sim_chunks:
-        return out + ([] if len(real_chunks) == len(sim_chunks) else
-                      [f"{name} events: {len(real_chunks)} != {len(sim_chunks)} chunks"])
-    out += _shape_diffs(f"{name} first ", real_chunks[0]["shape"], sim_chunks[0]["shape"])
-    out += _shape_diffs(f"{name} last ", real_chunks[-1]["shape"], sim_chunks[-1]["shape"])
-    if len(real_chunks) > 2 and len(sim_chunks) > 2:
-        out += _shape_diffs(f"{name} between ", _merged(real_chunks[1:-1]),
-                            _merged(sim_chunks[1:-1]))
+    classes: dict[str, tuple[list[Any], list[Any]]] = {}
+    for index, events in enumerate((real, sim)):
+        for event in events:
+            if event != "[DONE]":
+                classes.setdefault(_chunk_class(event), ([], []))[index].append(event)
+    for kind, (real_chunks, sim_chunks) in sorted(classes.items()):
+        if not real_chunks or not sim_chunks:
+            out.append(f"{name} {kind} chunks: {len(real_chunks)} != {len(sim_chunks)}")
+        else:
+            out += _shape_diffs(f"{name} {kind} ", _merged(real_chunks), _merged(sim_chunks))
     return out
 
 

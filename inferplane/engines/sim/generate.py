@@ -30,8 +30,8 @@ from inferplane.engines.sim.outputs import (
     prompt_logprobs,
 )
 from inferplane.engines.sim.protocol import (
-    ApiError,
     SYSTEM_FINGERPRINT,
+    ApiError,
     SamplingRequest,
     chat_choice,
     chat_chunk,
