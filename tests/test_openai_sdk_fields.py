@@ -148,5 +148,5 @@ def test_embedding_dimensions(client: openai.OpenAI) -> None:
     assert [len(d.embedding) for d in short.data] == [64, 64]
     message = _bad_request(lambda: client.embeddings.create(model="emb", input="a",
                                                             dimensions=64))
-    assert message == ('Model "emb" does not support matryoshka representation, changing '
-                       "output dimensions will lead to poor results.")
+    assert message == ("Model 'emb' does not support Matryoshka embeddings; dimensions must "
+                       "be unset (received dimensions=64).")
