@@ -7,8 +7,10 @@
 
 Starts real `vllm serve` (the CPU build of vLLM 0.32.0) once per operator error that matters
 and writes what it printed, stdout and stderr as one stream, verbatim, to
-`OUT/real-cpu-<name>.log`. Two runs go at a time, each bound to its own core. A run that does
-not exit on its own within --timeout-s is a failed capture (the error was not reproduced).
+`OUT/real-cpu-<name>.log` (and one healthy start, stopped once /health answers, to
+`OUT/real-cpu-healthy-start.near.log`: the near-miss the signatures must not match). Two
+runs go at a time, each bound to its own core. A run that does not exit on its own within
+--timeout-s is a failed capture (the error was not reproduced).
 The expected finding of each log is recorded in tests/data/diagnose/SOURCES.yaml.
 """
 
@@ -16,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +40,7 @@ class Scenario:
     # argv after `vllm serve`, from the models directory, a free port and a scratch dir
     argv: Callable[[Path, int, Path], list[str]]
     cwd_relative: bool = False  # run from the models dir (a relative model path)
+    healthy: bool = False  # a start that succeeds: stopped once /health answers (near-miss)
 
 
 def _common(port: int) -> list[str]:
@@ -66,6 +72,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("port-in-use", "--port that another process listens on",
              lambda m, p, _: _kv([str(m / "tiny-llama"), *_common(p), "--max-model-len",
                                   str(MAX_MODEL_LEN)])),
+    Scenario("healthy-start", "a start that works (the near-miss of every signature above)",
+             lambda m, p, _: _kv([str(m / "tiny-llama"), *_common(p), "--max-model-len",
+                                  str(MAX_MODEL_LEN)]), healthy=True),
     Scenario("structured-outputs-without-backend",
              "--structured-outputs-config with disable_any_whitespace but no backend",
              lambda m, p, _: _kv([str(m / "tiny-llama"), *_common(p), "--max-model-len",
@@ -90,6 +99,34 @@ def _env(core: str, scratch: Path) -> dict[str, str]:
     return env
 
 
+def _healthy_run(argv: list[str], cwd: Path, env: dict[str, str], port: int,
+                 timeout_s: float) -> tuple[bytes, int | None]:
+    """Start vLLM, wait for /health 200, stop it with SIGTERM; (its output, 0 when healthy)."""
+    log = cwd / "healthy.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        healthy = False
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    healthy = r.status == 200
+            except OSError:
+                pass
+            if healthy:
+                break
+            time.sleep(1)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    return log.read_bytes(), 0 if healthy else None
+
+
 def capture(scenario: Scenario, venv: Path, models: Path, out: Path, core: str,
             timeout_s: float) -> tuple[str, int | None]:
     """Run one scenario; write its log; (name, exit code or None when it did not exit)."""
@@ -102,6 +139,10 @@ def capture(scenario: Scenario, venv: Path, models: Path, out: Path, core: str,
             holder.bind(("127.0.0.1", port))
             holder.listen(1)
         argv = [str(venv / "bin" / "vllm"), "serve", *scenario.argv(models, port, scratch)]
+        if scenario.healthy:
+            text, code = _healthy_run(argv, scratch, _env(core, scratch), port, timeout_s)
+            (out / f"real-cpu-{scenario.name}.near.log").write_bytes(text)
+            return scenario.name, code
         try:
             done = subprocess.run(
                 argv, cwd=models if scenario.cwd_relative else scratch,
@@ -141,9 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                args.timeout_s) for i, s in enumerate(chosen)]
         results = [f.result() for f in futures]
     failed = 0
+    healthy = {s.name for s in chosen if s.healthy}
     for name, code in results:
         print(f"{name}: exit {code}")
-        if code in (None, 0):
+        if (code != 0) if name in healthy else (code in (None, 0)):
             failed += 1
             print(f"  {name}: vLLM did not fail as expected", file=sys.stderr)
     return 1 if failed else 0
