@@ -106,12 +106,12 @@ def test_json_schema_is_stable() -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert list(doc) == ["schema", "source", "context", "computed_for", "findings", "unknown",
-                         "notes"]
+                         "notes", "generic"]  # keys are only ever added, at the end
     assert doc["schema"] == "inferplane.diagnose/v1"
     finding = doc["findings"][0]
     assert list(finding) == ["id", "title", "kind", "pitfall", "pitfalls", "evidence",
                              "occurrences", "values", "cause", "fix", "numbers_computed",
-                             "sources"]
+                             "sources", "missing"]
     assert finding["id"] == "removed-flag" and finding["pitfall"] == "P32"
     assert finding["evidence"] == [{"line": 1, "text": "vllm serve: error: unrecognized "
                                     "arguments: --swap-space 16"}]
@@ -273,3 +273,26 @@ def test_pod_with_several_containers_reads_the_gpu_one() -> None:
     assert _engine_container(pod) == "vllm"
     assert _engine_container({"spec": {"containers": [{"name": "only"}]}}) is None
     assert _engine_container({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}) == "a"
+
+
+def test_sampler_warmup_fix_is_the_largest_max_num_seqs_that_fits_outside_the_budget() -> None:
+    # vllm#27508 / llm-d#787: the warm-up runs after the KV cache is allocated, so it has only
+    # the memory outside --gpu-memory-utilization; the fix is the largest multiple of 8 that
+    # fits there, by the estimator's sampler model (oracle: recompute it from the estimate).
+    from inferplane.estimator.overheads import sampler_bytes_per_logit
+
+    text = (DATA / "sampler-warmup-oom.llmd787.log").read_text()
+    f = _finding(text, "sampler-warmup-oom", model_dir=MODELS / "Qwen--Qwen3-32B", gpu_name="H100")
+    assert f.numbers_computed and "max_model_len" not in f.fix.split("(")[0]
+    seqs = int(f.values["seqs_fit"])
+    est = estimate_memory(load_profile(MODELS / "Qwen--Qwen3-32B"), EngineSettings(
+        tensor_parallel_size=2, gpu_memory_utilization=0.95, max_model_len=-1,
+        max_num_seqs=1024, vllm_version="0.11.0"), gpu=lookup_gpu("H100"))  # the assumed one
+    outside = est.cuda_context_gib + (0 if est.cuda_graph_in_budget else est.cuda_graph_gib)
+    headroom = est.total_memory_gib * (1 - 0.95) - outside
+    per_seq = load_profile(MODELS / "Qwen--Qwen3-32B").vocab_size * sampler_bytes_per_logit(
+        est.vllm_version) / 2**30
+    assert seqs % 8 == 0 and seqs * per_seq <= headroom < (seqs + 8) * per_seq
+    assert f"--max-num-seqs {seqs} " in f.fix
+    plain = _finding(text, "sampler-warmup-oom")
+    assert "--max-num-seqs: 512" in plain.fix and not plain.numbers_computed

@@ -41,6 +41,36 @@ def test_every_fixture_records_its_source() -> None:
     for fixture in FIXTURES:
         assert fixture["source"], fixture["file"]
         assert fixture["kind"] == ("real" if fixture["signature"] else "near-miss"), fixture
+        assert fixture.get("split", "train") in ("train", "heldout", "heldout-2"), fixture
+
+
+def test_every_signature_has_a_source_and_a_near_miss() -> None:
+    near = {f["not"] for f in FIXTURES if not f["signature"]}
+    for sig in KB:
+        assert sig.sources and all(s.strip() for s in sig.sources), sig.id
+        assert sig.id in near, f"{sig.id} has no near-miss fixture"
+
+
+# The classes issue 26 lists: each needs three real logs in different wordings, and a third
+# of them (at least one) held out from writing its patterns.
+ISSUE_26_CLASSES = (
+    "driver-too-old", "cuda-forward-compat", "no-kernel-image", "fp8-unsupported-gpu",
+    "shm-too-small", "nccl-p2p-unsupported", "nccl-p2p-hang", "nccl-watchdog-timeout",
+    "ray-placement-group", "disk-full", "corrupted-safetensors", "gated-model",
+    "hf-offline-no-cache", "trust-remote-code", "unsupported-architecture", "undefined-symbol",
+    "max-model-len-exceeds-derived", "awq-bfloat16", "cuda-visible-devices-uuid",
+    "removed-flag", "sampler-warmup-oom", "too-many-open-files", "proxy-504-timeout",
+    "device-plugin-no-gpus",
+)
+
+
+@pytest.mark.parametrize("sig_id", ISSUE_26_CLASSES)
+def test_issue_classes_have_three_differently_worded_real_logs(sig_id: str) -> None:
+    real = [f for f in FIXTURES if f["signature"] == sig_id and f["kind"] == "real"]
+    texts = {(DATA / f["file"]).read_text().strip() for f in real}
+    assert len(texts) >= 3, sig_id
+    assert len({f["source"].split()[0] for f in real}) >= 3, f"{sig_id}: three sources"
+    assert any(f.get("split") == "heldout" for f in real), f"{sig_id}: nothing held out"
 
 
 def test_entries_are_well_formed() -> None:
@@ -57,6 +87,14 @@ def test_entries_are_well_formed() -> None:
 def test_fixture_matches_its_signature(fixture: dict[str, Any]) -> None:
     result = diagnose_text((DATA / fixture["file"]).read_text(), source=fixture["file"])
     by_id = {f.signature.id: f for f in result.findings}
+    if fixture.get("split", "train") != "train" and fixture["signature"] not in by_id:
+        # Held out from signature writing: recall on these is measured, not required
+        # (benchmarks/diagnose_recall.py; requiring it here would tune signatures on them).
+        # What is required: no other class claims the log.
+        assert not result.findings, (fixture["file"], list(by_id))
+        assert result.generic is None or result.generic.rule.class_of in (
+            None, fixture["signature"]), (fixture["file"], result.generic.id)
+        return
     assert fixture["signature"] in by_id
     finding = by_id[fixture["signature"]]
     assert finding.evidence and all(e.number >= 1 for e in finding.evidence)

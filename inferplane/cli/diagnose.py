@@ -95,7 +95,18 @@ def print_diagnosis(result: Diagnosis) -> None:
             out.print(f"  first error line {first.number}: {escape(first.text)}")
         for item in result.unknown.exception_chain:
             out.print(f"  exception (line {item.number}): {escape(item.text)}")
-        out.print("  (nothing is guessed; add a signature in inferplane/doctor/signatures.yaml)")
+        g = result.generic
+        if g is not None:
+            out.print(f"\n[bold yellow]generic class[/] [bold]{escape(g.rule.id)}[/] "
+                      f"(phase reached: {escape(g.phase)}; by the kind of error, not an exact "
+                      "signature)")
+            for line in g.evidence:
+                out.print(f"  [dim]line {line.number}:[/] {escape(line.text)}")
+            out.print(f"  [bold]cause:[/] {escape(g.cause)}")
+            out.print(f"  [bold green]next step:[/] {escape(g.next_step)}")
+        else:
+            out.print("  (nothing is guessed; add a signature in "
+                      "inferplane/doctor/signatures.yaml)")
     count = len(result.findings)
     if count:
         out.print(f"{count} finding{'s' * (count != 1)} in {escape(result.source)}")

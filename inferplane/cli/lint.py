@@ -29,8 +29,9 @@ def lint(
     """Fleet-level advice: --enforce-eager left on (P33), utilization above the safe band
     (P06), max_model_len at the model's default (P02), TP larger than needed (P16),
     volatile prompt prefixes (P45), timeouts shorter than the longest generation (P40).
-    Given Kubernetes manifests that run `vllm serve`: probes shorter than the model's
-    load-time estimate (P24)."""
+    Given Kubernetes manifests that run `vllm serve` (or a vllm/vllm-openai image with
+    `args:`): probes shorter than the model's load-time estimate (P24) and utilization above
+    the safe band (P06)."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -86,6 +87,14 @@ def _manifest_advice(path: Path, models_root: Path | None, disk_read_mib_s: floa
         options = replace(RenderOptions(), disk_read_mib_s=disk_read_mib_s)
         return lint_manifests(path, models_root=models_root, options=options)
     except InferplaneError as exc:
+        # the same form as the other refusals: `error PATH: what. Fix: how`
+        if exc.field in ("manifests", "manifest"):  # a file: name it as the others do
+            where, got = str(exc.value if exc.value is not None else path), ""
+        else:
+            where = exc.field or str(path)
+            got = f" (got {exc.value!r})" if exc.value is not None else ""
+        fix = f". Fix: {exc.fix}" if exc.fix else ""
         Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]error[/] {escape(exc.render())}")
+            f"[bold red]error[/] {escape(where)}: {escape(exc.message)}{escape(got)}"
+            f"{escape(fix)}")
         raise typer.Exit(USAGE_EXIT_CODE) from None

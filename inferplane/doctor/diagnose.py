@@ -3,7 +3,8 @@
 Pure over its inputs: `diagnose(text, fix_context)` matches the knowledge base
 (`inferplane.doctor.kb`) line by line and returns a `Diagnosis` with one `Finding` per
 signature found, in log order. A log that no signature explains gets an `UnknownReport`
-(first error line, exception chain) instead of a guess.
+(first error line, exception chain) and, from the generic layer (`inferplane.doctor.generic`),
+a class by the kind of error - marked generic, never dressed as an exact finding.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inferplane.doctor.fixes import COMPUTE, GIB, FixContext, Values
+from inferplane.doctor.generic import GenericFinding, classify
 from inferplane.doctor.kb import Signature, load_kb
 from inferplane.doctor.logtext import (
     LogContext,
@@ -38,6 +40,7 @@ class Finding:
     cause: str
     fix: str
     numbers_computed: bool  # the fix carries numbers the estimator computed
+    missing: list[str] = field(default_factory=list)  # numbers neither the log nor we had
 
     def to_json(self) -> dict[str, Any]:
         sig = self.signature
@@ -54,6 +57,7 @@ class Finding:
             "fix": self.fix,
             "numbers_computed": self.numbers_computed,
             "sources": list(sig.sources),
+            "missing": list(self.missing),
         }
 
 
@@ -63,6 +67,7 @@ class Diagnosis:
     context: LogContext
     findings: list[Finding] = field(default_factory=list)
     unknown: UnknownReport | None = None
+    generic: GenericFinding | None = None  # only when no signature matched
     model_profile: str | None = None  # what the numbers were computed for
     gpu: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -77,6 +82,7 @@ class Diagnosis:
             "findings": [f.to_json() for f in self.findings],
             "unknown": self.unknown.to_json() if self.unknown else None,
             "notes": list(self.notes),
+            "generic": self.generic.to_json() if self.generic else None,
         }
 
 
@@ -85,9 +91,17 @@ class _Missing(dict[str, str]):
         raise KeyError(key)
 
 
-class _Lenient(dict[str, str]):
+class _Said(dict[str, str]):
+    """Renders a number no one had as words saying so (never a placeholder), and records it."""
+
+    def __init__(self, values: Values, missing: list[str]) -> None:
+        super().__init__(values)
+        self.missing_names = missing
+
     def __missing__(self, key: str) -> str:
-        return "?"
+        if key not in self.missing_names:
+            self.missing_names.append(key)
+        return f"[{key.replace('_', ' ')}: not in the log]"
 
 
 def _render(template: str, values: Values) -> str | None:
@@ -150,17 +164,18 @@ def _complete(finding: Finding, ctx: FixContext) -> None:
         # a number the template needs stays missing on failure: the generic fix is shown
         with contextlib.suppress(Exception):  # never a traceback from a fix computation
             values.update(COMPUTE[sig.compute](ctx, dict(values)))
-    finding.cause = _render(sig.cause, values) or sig.cause.format_map(_Lenient(values))
+    missing = finding.missing
+    finding.cause = _render(sig.cause, values) or sig.cause.format_map(
+        _Said(values, missing))
     fix = _render(sig.fix, values)
     if fix is not None:
         finding.fix = fix
         finding.numbers_computed = ctx.used_estimator
     elif sig.fix_generic is not None:
         finding.fix = _render(sig.fix_generic, values) or sig.fix_generic.format_map(
-            _Lenient(values)
-        )
+            _Said(values, missing))
     else:
-        finding.fix = sig.fix.format_map(_Lenient(values))
+        finding.fix = sig.fix.format_map(_Said(values, missing))
 
 
 def diagnose(text: str, ctx: FixContext | None = None, *, source: str = "-",
@@ -184,6 +199,7 @@ def diagnose(text: str, ctx: FixContext | None = None, *, source: str = "-",
     result.findings.sort(key=lambda f: f.evidence[0].number)
     if not result.findings:
         result.unknown = unknown_report(lines)
+        result.generic = classify(lines)
     return result
 
 

@@ -222,26 +222,47 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
     return out
 
 
+# Serving flags that `vllm serve` rejects besides the builder's REMOVED_FLAGS table (these are
+# never emitted by the builder): (release that rejects it, what to write instead).
+_SERVE_REJECTS = {
+    "task": ("0.13.0", "--runner pooling for embedding/rerank/reward models (plus --convert "
+                       "embed to adapt a generative one), --runner generate otherwise; --task "
+                       "itself existed only from about 0.6.4 (deprecated in 0.10), so an older "
+                       "image needs an upgrade instead"),
+}
+
+
 def removed_flags(ctx: FixContext, got: Values) -> Values:
     """P32: for each rejected flag, when it was removed and what replaces it."""
     from inferplane.engines.vllm.flags import REMOVED_FLAGS
 
     args = got.get("args", "")
+    if not args and got.get("kwarg"):  # the Python API: EngineArgs(disable_log_requests=...)
+        args = "--" + got["kwarg"].replace("_", "-")
     parts = []
+    known = False
     for flag in re.findall(r"--([\w-]+)", args):
         name = flag.replace("_", "-")
         removed = REMOVED_FLAGS.get(name.removeprefix("no-"))
+        rejected = _SERVE_REJECTS.get(name)
         if removed is not None:
+            known = True
             since = ".".join(str(p) for p in removed.removed_in)
             parts.append(f"remove --{name} (removed in vLLM {since}); instead: "
                          f"{removed.replacement}")
+        elif rejected is not None:
+            known = True
+            parts.append(f"remove --{name} (`vllm serve` {rejected[0]} and later reject it); "
+                         f"instead: {rejected[1]}")
         else:
             parts.append(f"--{name} is not a flag of this vLLM: check `vllm serve --help` "
-                         "for its spelling in this release")
-    if re.search(r"--[\w-]+ [^-\s]", args) and "'" not in args:
+                         "for its spelling in this release (flags from newer docs do not "
+                         "exist in older images)")
+    if not known and re.search(r"--[\w-]+ [^-\s]", args) and "'" not in args:
         parts.append("if flag and value arrived as one argument (a YAML list item like "
                      "'--dtype auto'), split them into two items")
-    return {"flag_fixes": "; ".join(parts) + "." if parts else "Remove the flags."}
+    return {"flag_fixes": "; ".join(parts) + "." if parts else "Remove the flags.",
+            "args_text": args or "a flag"}
 
 
 def uuid_index(ctx: FixContext, got: Values) -> Values:
@@ -258,7 +279,9 @@ def driver_found(ctx: FixContext, got: Values) -> Values:
 
 def nccl_timeout(ctx: FixContext, got: Values) -> Values:
     ran = got.get("ran_ms")
-    return {"ran_s": f"{int(ran) / 1000:.0f}" if ran else "?", "op": got.get("op", "collective")}
+    # the shorter wording has no duration: say so instead of a placeholder
+    return {"ran_text": f"in {int(ran) / 1000:.0f} s" if ran else "before the watchdog's timeout",
+            "op": got.get("op", "collective")}
 
 
 def shm_size(ctx: FixContext, got: Values) -> Values:
@@ -333,3 +356,93 @@ def kv_capacity(ctx: FixContext, got: Values) -> Values:
 
 
 COMPUTE["kv_capacity"] = kv_capacity
+
+
+def oom_startup(ctx: FixContext, got: Values) -> Values:
+    """kv_fit, plus the allocation the message names (when it names one)."""
+    out = kv_fit(ctx, got)
+    alloc, unit = got.get("alloc"), got.get("alloc_unit")
+    out["alloc_text"] = f" (it tried to allocate {alloc} {unit})" if alloc and unit else ""
+    return out
+
+
+def sampler_seqs(ctx: FixContext, got: Values) -> Values:
+    """vllm#27508: the sampler warm-up runs max_num_seqs dummy requests over the vocabulary
+    after the KV cache is allocated (V1 `compile_or_warm_up_model`), so it must fit in what
+    --gpu-memory-utilization leaves outside its budget, less the CUDA context and the graphs
+    captured outside the budget. Counting only that headroom is conservative: it ignores the
+    freed profile-run space, which graphs and fragmentation eat in practice (llm-d#787)."""
+    from inferplane.estimator.overheads import sampler_bytes_per_logit
+
+    reqs = int(got.get("dummy_reqs") or 0)
+    out: Values = {"utilization_down": _fmt(max(0.5, ctx.utilization - 0.05)),
+                   "seqs_half": str(max(1, reqs // 2)),
+                   "sampler_text": "memory proportional to max_num_seqs x vocabulary size"}
+    if ctx.profile is None or reqs < 2:
+        return out
+    from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION
+
+    est = ctx.estimate(max_num_seqs=reqs, max_model_len=ctx.log.max_model_len or -1)
+    # the sampler's bytes per logit depend on the release: the one the estimate is for
+    version = est.vllm_version if est is not None else (ctx.version or DEFAULT_VLLM_VERSION)
+    per_seq = ctx.profile.vocab_size * sampler_bytes_per_logit(version)
+    need = reqs * per_seq
+    out["sampler_text"] = (f"about {need / GIB:.2f} GiB for {ctx.profile.name} "
+                           f"({ctx.profile.vocab_size} tokens x {reqs} requests, vLLM "
+                           f"{version}'s sampler)")
+    if est is None:
+        return out
+    outside = est.cuda_context_gib + (0.0 if est.cuda_graph_in_budget else est.cuda_graph_gib)
+    headroom = est.total_memory_gib * (1 - est.gpu_memory_utilization) - outside
+    fit = math.floor(max(0.0, headroom) * GIB / per_seq)
+    fit = fit - fit % 8 if fit >= 8 else fit
+    util = math.floor((1 - (need / GIB + outside) / est.total_memory_gib) * 100) / 100
+    out["utilization_down"] = _fmt(max(0.5, min(util, ctx.utilization - 0.01)))
+    if 1 <= fit < reqs:
+        out["seqs_fit"] = str(fit)
+        out["seqs_basis"] = (f"its warm-up needs {fit * per_seq / GIB:.2f} GiB of the "
+                             f"{headroom:.2f} GiB left outside the utilization budget, for "
+                             f"{ctx.basis()}, by the estimator")
+    elif fit >= reqs:  # the estimate says it fits: something it does not see holds memory
+        out["seqs_fit"] = str(max(1, reqs // 2))
+        out["seqs_basis"] = (f"by the estimator the warm-up's {need / GIB:.2f} GiB fits in the "
+                             f"{headroom:.2f} GiB outside the budget for {ctx.basis()}, so "
+                             "memory is held by something it does not see (another process, "
+                             "fragmentation); half the requests halve the warm-up")
+    return out
+
+
+def fp8_caps(ctx: FixContext, got: Values) -> Values:
+    cur = got.get("cur_cap")
+    if cur and len(cur) >= 2:
+        return {"cap_text": f"; this GPU is {cur[:-1]}.{cur[-1]}"}
+    return {"cap_text": ""}
+
+
+def ray_node(ctx: FixContext, got: Values) -> Values:
+    node = got.get("node")
+    return {"node_text": f"here node:{node}" if node else "the log does not show which node"}
+
+
+def disk_path(ctx: FixContext, got: Values) -> Values:
+    path = got.get("path")
+    return {"path_text": f": {path}" if path else ""}
+
+
+def library_text(ctx: FixContext, got: Values) -> Values:
+    lib = got.get("library")
+    return {"library_text": lib if lib else "A compiled extension"}
+
+
+def derived_len(ctx: FixContext, got: Values) -> Values:
+    numbers = [int(n) for n in re.findall(r"=([0-9]+)", got.get("derived", ""))]
+    if numbers:
+        return {"derived_len": str(min(numbers))}
+    return {"derived_len": "the length config.json gives (max_position_embeddings)"}
+
+
+COMPUTE.update({
+    "oom_startup": oom_startup, "sampler_seqs": sampler_seqs, "fp8_caps": fp8_caps,
+    "ray_node": ray_node, "disk_path": disk_path, "library_text": library_text,
+    "derived_len": derived_len,
+})

@@ -85,15 +85,20 @@ class Signature:
         return self.pitfalls[0]
 
 
+# Copied logs change case (issue titles, chat pastes, "valueerror: bfloat16 ..."), and no
+# signature tells two failures apart by case alone: every pattern ignores it.
+_FLAGS = re.IGNORECASE
+
+
 def _pattern(raw: Any, where: str) -> Pattern:
     if isinstance(raw, str):
-        return Pattern(re.compile(raw))
+        return Pattern(re.compile(raw, _FLAGS))
     if isinstance(raw, dict) and set(raw) <= {"regex", "versions", "assume"} and "regex" in raw:
         versions = VersionRange.parse(str(raw["versions"])) if "versions" in raw else None
         assume = str(raw["assume"]) if "assume" in raw else None
         if assume is not None and versions is not None and not versions.contains(assume):
             raise ValueError(f"{where}: assume {assume} is outside versions {versions.text}")
-        return Pattern(re.compile(str(raw["regex"])), versions, assume)
+        return Pattern(re.compile(str(raw["regex"]), _FLAGS), versions, assume)
     raise ValueError(f"{where}: a pattern is a regex or {{regex, versions, assume}}, got {raw!r}")
 
 
@@ -119,8 +124,8 @@ def _signature(raw: dict[str, Any]) -> Signature:
         raise ValueError(f"{sid}: match needs `any` (and optionally `all`, `unless`)")
     anys = tuple(_pattern(p, sid) for p in match["any"])
     alls = tuple(_pattern(p, sid) for p in match.get("all") or ())
-    unless = tuple(re.compile(str(p)) for p in match.get("unless") or ())
-    extract = {str(k): re.compile(str(v)) for k, v in (raw.get("extract") or {}).items()}
+    unless = tuple(re.compile(str(p), _FLAGS) for p in match.get("unless") or ())
+    extract = {str(k): re.compile(str(v), _FLAGS) for k, v in (raw.get("extract") or {}).items()}
     ranges = tuple(p.versions.text for p in anys + alls if p.versions is not None)
     return Signature(
         id=sid, title=str(raw["title"]), pitfalls=pitfalls, kind=str(raw["kind"]),

@@ -15,7 +15,12 @@ defaults 0, 3, 10). Advice:
   recommended one (info), with the failureThreshold that gives the recommended budget;
 - a livenessProbe without a startupProbe: it runs from the start, so its budget is the
   time the model has to load (warn when short, info otherwise);
-- no readinessProbe: the Service sends requests to a pod that is still loading (info).
+- no readinessProbe: the Service sends requests to a pod that is still loading (info);
+- --gpu-memory-utilization above the safe band for the model (P06: 0.90, 0.85 for big 8-bit
+  models; warn).
+
+A container of a `vllm/vllm-openai*` image with no `command:` runs the image's entrypoint,
+the OpenAI API server, with `args:` as its flags - the way vLLM's own docs write it.
 
 An unknown model is still checked against the overhead alone (CUDA init, compile, graph
 capture: a lower bound), and the advice says the weights were not counted.
@@ -24,6 +29,7 @@ capture: a lower bound), and the advice says the weights were not counted.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -38,6 +44,9 @@ from inferplane.errors import InferplaneError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 K8S_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "failureThreshold": 3}
+# Images whose entrypoint is vLLM's OpenAI API server (any registry, tag or -rocm/-cpu suffix).
+_API_SERVER_IMAGE = re.compile(r"(?:^|/)vllm/vllm-openai[\w.-]*(?::[\w.-]+)?(?:@\S+)?$")
+UTILIZATION_BAND = 0.90  # P06 without a model: BF16/FP16 models of any size
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,13 @@ def _plain(value: str) -> str | None:
     return None if "$" in value else value  # $(MODEL), ${MODEL}: set elsewhere
 
 
+def _image_entrypoint_args(container: dict[str, Any]) -> tuple[str, ...] | None:
+    """`args:` of a vllm/vllm-openai container that keeps the image's entrypoint."""
+    if container.get("command") or not _API_SERVER_IMAGE.search(str(container.get("image"))):
+        return None
+    return tuple(_words({"args": container.get("args") or []}))
+
+
 def find_engines(paths: list[Path]) -> list[EngineContainer]:
     found: list[EngineContainer] = []
     for path in paths:
@@ -159,6 +175,8 @@ def find_engines(paths: list[Path]) -> list[EngineContainer]:
             for workload, pod in _pod_specs(doc):
                 for c in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
                     args = _vllm_args(_words(c))
+                    if args is None:
+                        args = _image_entrypoint_args(c)
                     if args is not None:
                         found.append(EngineContainer(str(path), workload, str(c.get("name")),
                                                      _model_of(args), args, c))
@@ -183,6 +201,48 @@ def _model_dir(model: str, models_root: Path | None) -> Path | None:
             if (candidate / "config.json").is_file():
                 return candidate
     return find_model_dir(model)
+
+
+def _profile(engine: EngineContainer, models_root: Path | None) -> Any:
+    """The model's profile when its config.json is local, else None."""
+    from inferplane.models import load_profile
+
+    if engine.model is None:
+        return None
+    directory = _model_dir(engine.model, models_root)
+    if directory is None:
+        return None
+    try:
+        return load_profile(directory)
+    except InferplaneError:
+        return None
+
+
+def utilization_advice(engine: EngineContainer, models_root: Path | None) -> list[Advice]:
+    """P06: --gpu-memory-utilization above the safe band (per model when it is local)."""
+    raw = _flag(engine.args, "--gpu-memory-utilization")
+    if raw is None:
+        return []
+    try:
+        value = float(raw)
+    except ValueError:
+        return []  # $(UTIL) and the like: set elsewhere
+    band, basis = UTILIZATION_BAND, "BF16/FP16 models"
+    profile = _profile(engine, models_root)
+    if profile is not None:
+        from inferplane.estimator.types import EngineSettings
+        from inferplane.planner.sizing import safe_band
+
+        settings = EngineSettings(dtype=_flag(engine.args, "--dtype") or "auto",
+                                  quantization=_flag(engine.args, "--quantization"))
+        band, basis = safe_band(profile, settings), f"{profile.name}"
+    if value <= band:
+        return []
+    return [Advice(None, "P06", "warn", engine.where("--gpu-memory-utilization"), value,
+                   f"above the safe band for {basis} (<= {band:.2f}): activations and "
+                   "fragmentation under load can still OOM (the sampler warm-up of "
+                   "max_num_seqs requests also runs outside the budget)",
+                   f"--gpu-memory-utilization {band:.2f}")]
 
 
 def weights_bytes(engine: EngineContainer, models_root: Path | None) -> int | None:
@@ -299,7 +359,8 @@ def lint_manifests(path: Path, *, models_root: Path | None = None,
         looked = (f"{len(files)} manifest file(s) (.yaml, .yml, .json) under it" if path.is_dir()
                   else "its documents")
         raise InferplaneError(
-            f"no container runs `vllm serve` (or vLLM's API server module) in {looked}",
+            f"no container runs `vllm serve`, vLLM's API server module or a "
+            f"vllm/vllm-openai image's entrypoint in {looked}",
             field="manifests", value=str(path),
             fix="point lint at the manifests of your vLLM workloads (Pod, Deployment, "
                 "StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, LeaderWorkerSet), or at "
@@ -307,4 +368,5 @@ def lint_manifests(path: Path, *, models_root: Path | None = None,
     out: list[Advice] = []
     for engine in engines:
         out.extend(probe_advice(engine, load_time(weights_bytes(engine, models_root), opts)))
+        out.extend(utilization_advice(engine, models_root))
     return out

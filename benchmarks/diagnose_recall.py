@@ -1,0 +1,123 @@
+"""Recall of `inferplane diagnose` over every real failure log in tests/data/diagnose.
+
+Each fixture in SOURCES.yaml with `kind: real` names the class (signature id) a reader
+confirmed from its source. Per fixture the outcome is one of:
+
+- fully explained: the exact signature of that class matched and its cause and fix rendered
+  with every number they name (no "[...: not in the log]");
+- recognized: the exact signature matched, but some number was missing;
+- generic-only: no exact signature matched, and the generic layer named the right class;
+- wrong: a signature (or the generic layer) named another class, and not this one;
+- missed: nothing named a class.
+
+"Recognized with the right class" counts the first three. `generic alone` runs the generic
+layer on every log as if no signature existed: how well an unseen wording of a known class
+would still be classified. The split is explicit in the
+fixtures: `split: heldout` marks the logs set aside per class when they were harvested (the
+third of each class, before the class's patterns were written or widened; see
+docs/diagnose.md); `split: heldout-2` marks logs harvested after the last change to any
+signature or generic rule, never used for either; everything else was available for
+writing signatures. Run:
+
+    python benchmarks/diagnose_recall.py            # markdown tables
+    python benchmarks/diagnose_recall.py --json     # one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferplane.doctor.diagnose import diagnose_text
+from inferplane.doctor.generic import classify
+from inferplane.doctor.logtext import read_lines
+
+DATA = Path(__file__).parents[1] / "tests" / "data" / "diagnose"
+OUTCOMES = ("fully explained", "recognized", "generic-only", "wrong", "missed")
+SPLITS = ("train", "heldout", "heldout-2")
+
+
+def outcome(text: str, expected: str, source: str) -> str:
+    result = diagnose_text(text, source=source)
+    by_id = {f.signature.id: f for f in result.findings}
+    if expected in by_id:
+        return "recognized" if by_id[expected].missing else "fully explained"
+    if result.findings:
+        return "wrong"
+    generic = result.generic
+    if generic is not None and generic.rule.class_of == expected:
+        return "generic-only"
+    if generic is not None and generic.rule.class_of is not None:
+        return "wrong"
+    return "missed"
+
+
+def evaluate(data: Path = DATA) -> dict[str, Any]:
+    fixtures = yaml.safe_load((data / "SOURCES.yaml").read_text())["fixtures"]
+    rows: list[dict[str, Any]] = []
+    for fx in fixtures:
+        if fx.get("kind") != "real" or not fx.get("signature"):
+            continue
+        text = (data / fx["file"]).read_text(encoding="utf-8", errors="replace")
+        alone = classify(read_lines(text))
+        rows.append({"file": fx["file"], "class": fx["signature"],
+                     "split": fx.get("split", "train"),
+                     "outcome": outcome(text, fx["signature"], fx["file"]),
+                     "generic_alone": alone.rule.class_of if alone else None})
+    return {"fixtures": rows, "summary": {s: _summary([r for r in rows if r["split"] == s])
+                                          for s in SPLITS}}
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    counts = Counter(r["outcome"] for r in rows)
+    n = len(rows)
+    right = counts["fully explained"] + counts["recognized"] + counts["generic-only"]
+    alone = sum(r["generic_alone"] == r["class"] for r in rows)
+    return {"fixtures": n, **{o: counts[o] for o in OUTCOMES},
+            "generic_alone_pct": round(100 * alone / n, 1) if n else 0.0,
+            "right_class_pct": round(100 * right / n, 1) if n else 0.0,
+            "fully_explained_pct": round(100 * counts["fully explained"] / n, 1) if n else 0.0}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    out = ["| split | logs | right class | fully explained | recognized | generic-only "
+           "| wrong | missed | generic alone |", "|---|---|---|---|---|---|---|---|---|"]
+    for split, s in report["summary"].items():
+        out.append(f"| {split} | {s['fixtures']} | {s['right_class_pct']}% | "
+                   f"{s['fully explained']} ({s['fully_explained_pct']}%) | {s['recognized']} | "
+                   f"{s['generic-only']} | {s['wrong']} | {s['missed']} | "
+                   f"{s['generic_alone_pct']}% |")
+    out += ["", "| class | logs (held out) | fully explained | recognized | generic-only "
+            "| wrong | missed |", "|---|---|---|---|---|---|---|"]
+    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in report["fixtures"]:
+        per[r["class"]].append(r)
+    for cls in sorted(per):
+        rows = per[cls]
+        c = Counter(r["outcome"] for r in rows)
+        held = sum(r["split"] != "train" for r in rows)
+        held_bad = [r["file"] for r in rows if r["split"] != "train"
+                    and r["outcome"] in ("wrong", "missed")]
+        note = f" (held-out miss: {', '.join(held_bad)})" if held_bad else ""
+        out.append(f"| {cls}{note} | {len(rows)} ({held}) | {c['fully explained']} | "
+                   f"{c['recognized']} | {c['generic-only']} | {c['wrong']} | {c['missed']} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    args = parser.parse_args(argv)
+    report = evaluate()
+    print(json.dumps(report, indent=1) if args.json else markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The generic layer of `diagnose` (issue 26): a class, a cause and a safe next step for logs
+no signature matches, from the exception chain, error codes and the phase reached; and no
+template placeholder in any output, over every fixture and random excerpts of them."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferplane.cli.diagnose import print_diagnosis
+from inferplane.doctor.diagnose import diagnose_text
+from inferplane.doctor.generic import (
+    PHASES,
+    classify,
+    error_codes,
+    last_exception,
+    load_rules,
+    parse_rules,
+    phase_reached,
+)
+from inferplane.doctor.kb import load_kb
+from inferplane.doctor.logtext import read_lines
+
+DATA = Path(__file__).parent / "data" / "diagnose"
+FIXTURES: list[dict[str, Any]] = yaml.safe_load((DATA / "SOURCES.yaml").read_text())["fixtures"]
+LOGS = sorted(p.name for p in DATA.glob("*.log"))
+# What a template placeholder looks like once rendered: `{name}`, `<name>`, a lone `?`
+# where a number should be (the old `(here ? ?)`).
+PLACEHOLDER = re.compile(r"\{[a-z_]+\}|<[a-z_]+>|(?:^|[\s(])\?(?=$|[\s,.;)])")
+
+
+def _generic(text: str) -> Any:
+    return classify(read_lines(text))
+
+
+def test_phase_is_the_furthest_the_log_reached() -> None:
+    sampler = (DATA / "sampler-warmup-oom.vllm27508.log").read_text()
+    assert phase_reached(read_lines(sampler)) == "profile run"
+    served = "INFO Starting vLLM API server 0 on http://0.0.0.0:8000\nINFO Loading weights took 3s"
+    assert phase_reached(read_lines(served)) == "serving"
+    assert phase_reached(read_lines("hello")) == "unknown phase"
+    assert PHASES == ("import", "config", "weight load", "profile run", "graph capture",
+                      "serving")
+
+
+def test_errno_cuda_nccl_and_http_codes_are_named() -> None:
+    text = ("OSError: [Errno 28] No space left on device\nError: os error 24\n"
+            "bind failed: EADDRINUSE\nRuntimeError: CUDA error: an illegal memory access\n"
+            "ncclInternalError: internal error\nrequests.exceptions.HTTPError: 403 Client "
+            "Error: Forbidden for url: https://huggingface.co/x")
+    codes = error_codes(read_lines(text))
+    assert codes["errno"] == ["ENOSPC", "EMFILE", "EADDRINUSE"]
+    assert codes["cuda"] == ["an illegal memory access"]
+    assert codes["nccl"] == ["ncclInternalError"]
+    assert codes["http"] == ["403"]
+
+
+def test_exception_chain_gives_class_message_and_frame() -> None:
+    exc = last_exception(read_lines((DATA / "undefined-symbol.vllm3912.log").read_text()))
+    assert exc is not None and exc.name == "ImportError"
+    assert exc.message.endswith("undefined symbol: _ZN2at4_ops15sum_IntList_out4callERKNS_6Ten"
+                                "sorEN3c1016OptionalArrayRefIlEEbSt8optionalINS5_10ScalarTypeEERS2_")
+    assert exc.frame == "top-level code (flash_attn_interface.py:10)"
+
+
+def test_an_unseen_wording_still_gets_a_class_cause_and_next_step() -> None:
+    # A wording no signature quotes (the port is taken): generic, with its code and phase.
+    text = ("INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.11.0\n"
+            "INFO Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+            "OSError: [Errno 98] error while attempting to bind on address "
+            "('0.0.0.0', 8000): address already in use\n")
+    result = diagnose_text(text, source="t")
+    assert result.findings == [] and result.generic is not None
+    g = result.generic
+    assert g.id == "generic:port-in-use" and g.phase == "serving"
+    assert "errno EADDRINUSE" in g.cause and "ss -ltnp" in g.next_step
+    assert g.to_json()["generic"] is True and g.to_json()["class_of"] is None
+
+
+def test_generic_layer_only_runs_when_no_signature_matched() -> None:
+    exact = diagnose_text((DATA / "disk-full.diffusers4957.log").read_text(), source="t")
+    assert [f.signature.id for f in exact.findings] == ["disk-full"]
+    assert exact.generic is None and exact.to_json()["generic"] is None
+
+
+def test_unknown_exception_falls_back_to_the_exception_with_its_phase() -> None:
+    g = _generic((DATA / "unknown.log").read_text())
+    assert g is not None and g.id == "generic:engine-exception"
+    assert "pydantic_core._pydantic_core.ValidationError" in g.cause
+    assert "config" in g.cause
+
+
+def test_generic_rules_map_to_real_signatures_and_reject_unknown_fields() -> None:
+    sig_ids = {s.id for s in load_kb()}
+    for rule in load_rules():
+        assert rule.class_of is None or rule.class_of in sig_ids, rule.id
+    good = {"id": "x", "any": ["boom"], "cause": "c in {phase}", "next": "n"}
+    assert parse_rules({"rules": [good]})[0].id == "x"
+    for bad in ({**good, "cause": "the {alloc} failed"}, {**good, "phases": ["warmup"]},
+                {**good, "colour": "red"}, {**good, "any": []}):
+        with pytest.raises(ValueError):
+            parse_rules({"rules": [bad]})
+
+
+def test_missing_numbers_are_said_not_left_as_placeholders() -> None:
+    # vllm#27508's sampler OOM used to render "(here ? ?)" through cuda-oom-startup and
+    # advise --max-model-len; now it is its own finding and advises max_num_seqs.
+    result = diagnose_text((DATA / "sampler-warmup-oom.vllm27508.log").read_text(), source="t")
+    [finding] = result.findings
+    assert finding.signature.id == "sampler-warmup-oom"
+    assert "--max-num-seqs: 512" in finding.fix and "max-model-len" not in finding.fix
+    assert finding.missing == []
+    for bad in ("(here ? ?)", "lower {max_num_seqs}", "set <index>", "ran for ? s"):
+        assert PLACEHOLDER.search(bad), bad  # the check below can fail
+    oom = diagnose_text("torch.OutOfMemoryError: CUDA out of memory.", source="t")
+    assert "(here" not in oom.findings[0].cause and not PLACEHOLDER.search(oom.findings[0].cause)
+
+
+def _said(result: Any) -> list[str]:
+    """Everything diagnose writes itself (not the quoted log lines)."""
+    doc = result.to_json()
+    texts = [f["cause"] for f in doc["findings"]] + [f["fix"] for f in doc["findings"]]
+    texts += list(doc["notes"])
+    if doc["generic"]:
+        texts += [doc["generic"]["cause"], doc["generic"]["next_step"]]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_diagnosis(result)
+    texts += [ln for ln in out.getvalue().splitlines()
+              if ln.strip().startswith(("cause:", "fix:", "next step:", "note:"))]
+    return texts
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_no_placeholder_in_the_output_of_any_fixture(name: str) -> None:
+    result = diagnose_text((DATA / name).read_text(encoding="utf-8"), source=name)
+    for text in _said(result):
+        assert not PLACEHOLDER.search(text), (name, text)
+
+
+_PREFIXES = st.sampled_from(["", "(VllmWorker rank=1 pid=7) ERROR 06-05 06:18:13 [core.py:1] ",
+                             "[rank0]: ", "2024-02-08T08:40:56.161618385Z ", "vllm-1  | ",
+                             "> ", "\x1b[31m"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_no_placeholder_in_random_excerpts(data: st.DataObject) -> None:
+    names = data.draw(st.lists(st.sampled_from(LOGS), min_size=1, max_size=3))
+    lines: list[str] = []
+    for name in names:
+        text = (DATA / name).read_text(encoding="utf-8").splitlines()
+        start = data.draw(st.integers(0, max(0, len(text) - 1)))
+        stop = data.draw(st.integers(start, len(text)))
+        prefix = data.draw(_PREFIXES)
+        lines += [prefix + ln for ln in text[start:stop]]
+    if data.draw(st.booleans()):  # a version line changes which wordings apply
+        version = data.draw(st.sampled_from(["0.6.4", "0.9.2", "0.11.0", "0.32.0"]))
+        lines.insert(0, f"INFO vLLM API server version {version}")
+    result = diagnose_text("\n".join(lines), source="excerpt")
+    for text in _said(result):
+        assert not PLACEHOLDER.search(text), text
