@@ -309,7 +309,7 @@ def _events(text: str) -> list[Any]:
             if data == "[DONE]":
                 events.append("[DONE]")
             else:
-                event = {"shape": shape(json.loads(data))}
+                event: dict[str, Any] = {"shape": shape(json.loads(data))}
                 if name is not None:
                     event["event"] = name
                 events.append(event)

@@ -264,15 +264,15 @@ class Generation:
             async for choice, event in self._events():
                 if role_due:
                     role_due = False
-                    for chunk in self._role_chunks():
-                        yield chunk
+                    for role_chunk in self._role_chunks():
+                        yield role_chunk
                 chunks = [self._with_usage(c, choice, event.index + 1)
                           for c in self._chunks(choice, event)]
                 unfinished -= event.finished
                 if not unfinished and not self.sampling.include_usage:
                     chunks[-1]["system_fingerprint"] = SYSTEM_FINGERPRINT  # vLLM's last chunk
-                for chunk in chunks:
-                    yield _sse(chunk)
+                for payload in chunks:
+                    yield _sse(payload)
             if role_due:  # no token at all: the stream still opens with the role
                 for chunk in self._role_chunks():
                     yield chunk

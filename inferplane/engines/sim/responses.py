@@ -414,7 +414,7 @@ class _Turn:
     def finish(self, sim: SimRequest, item_id: str | None = None) -> dict[str, Any]:
         """The final response: the generated text as one assistant message, and usage."""
         text = visible_text(sim.num_output, self.stop)
-        message = {
+        message: dict[str, Any] = {
             "id": item_id or f"msg_{uuid.uuid4().hex}",
             "content": (
                 [{"annotations": [], "text": text, "type": "output_text", "logprobs": None}]
