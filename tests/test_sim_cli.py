@@ -81,3 +81,33 @@ def test_fake_vllm_reads_runner_and_the_old_task_flag() -> None:
     old, _ = parse_serve_args(["serve", "m", "--task", "embed"])
     plain, _ = parse_serve_args(["serve", "m"])
     assert (new.runner, old.runner, plain.runner) == ("pooling", "pooling", "auto")
+
+
+def test_the_engine_log_has_vllms_memory_lines(tmp_path: Any) -> None:
+    """The first lines users grep a vLLM log for (issue 28): the KV cache size and the
+    concurrency, in vLLM's format, before the engine says it listens."""
+    import re
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "inferplane", "sim", "--model", "m", "--port", "0",
+         "--max-model-len", "4096", "--gpu", "L4"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if "listening on" in line:
+                break
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    log = "".join(lines)
+    match = re.search(r"\[kv_cache_utils\.py:\d+\] GPU KV cache size: ([\d,]+) tokens, Maximum "
+                      r"concurrency for 4,096 tokens per request: ([\d.]+)x", log)
+    assert match is not None, log
+    tokens = int(match.group(1).replace(",", ""))
+    assert float(match.group(2)) == pytest.approx(tokens / 4096, abs=0.01)
+    assert "Using max model len 4096" in log and "Available KV cache memory:" in log
