@@ -111,3 +111,12 @@ def test_the_engine_log_has_vllms_memory_lines(tmp_path: Any) -> None:
     tokens = int(match.group(1).replace(",", ""))
     assert float(match.group(2)) == pytest.approx(tokens / 4096, abs=0.01)
     assert "Using max model len 4096" in log and "Available KV cache memory:" in log
+
+
+def test_kv_cache_memory_bytes_reads_vllms_human_readable_sizes() -> None:
+    from inferplane.engines.sim.fake_vllm import human_readable_int
+
+    assert human_readable_int("64M") == 64 * 2**20 and human_readable_int("1G") == 2**30
+    assert human_readable_int("1g") == 10**9 and human_readable_int("1048576") == 2**20
+    config, ignored = parse_serve_args(["serve", "m", "--kv-cache-memory-bytes", "64M"])
+    assert config.kv_cache_memory_bytes == 64 * 2**20 and ignored == []
