@@ -36,13 +36,13 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from inferplane.engines.sim.config import FaultConfig, SimEngineConfig  # noqa: E402
-from inferplane.engines.sim.host import EngineHandle, start_engines, stop_engines  # noqa: E402
 from inferplane.gateway import GatewayConfig, ModelRoute, Timeouts, build_app  # noqa: E402
 from inferplane.gateway.app import GatewayApp  # noqa: E402
 from inferplane.gateway.config import ConnectionLimits  # noqa: E402
 from inferplane.gateway.connections import GuardedProtocol, protocol_for  # noqa: E402
 from inferplane.gateway.server import uvicorn_config  # noqa: E402
+from inferplane.sim.config import FaultConfig, SimEngineConfig  # noqa: E402
+from inferplane.sim.host import EngineHandle, start_engines, stop_engines  # noqa: E402
 
 HOST = "127.0.0.1"
 GOOD = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]}

@@ -6,7 +6,7 @@ Runs the capacity search for seed S2's and S4's scenarios (inferplane/bench/exam
 and prints configurations evaluated, seconds and configurations per second. The baseline,
 measured in the same run, is the same S2 search with the decode-step jumps of
 `inferplane.bench.simclock` switched off (every scheduler step run one by one, as
-`engines/sim/offline.py` does); the ratio is the jumps' speed-up. Answers must be equal.
+`sim/offline.py` does); the ratio is the jumps' speed-up. Answers must be equal.
 """
 
 from __future__ import annotations

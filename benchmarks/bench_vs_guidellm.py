@@ -53,7 +53,7 @@ def model_dir(path: Path, words: list[str]) -> Path:
     prompts, ours and the simulator's count agree exactly."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
+    from inferplane.sim.build import DEFAULT_PROFILE_CONFIG
 
     path.mkdir(parents=True, exist_ok=True)
     vocab = ["[UNK]", ".", ",", "?", "!", "'", "-"]

@@ -45,9 +45,9 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from inferplane.engines.sim.config import FaultConfig  # noqa: E402
 from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings  # noqa: E402
 from inferplane.scaling.events import read_events  # noqa: E402
+from inferplane.sim.config import FaultConfig  # noqa: E402
 from inferplane.spec import parse_fleet  # noqa: E402
 
 MODELS = ("qa", "batch", "campaign")

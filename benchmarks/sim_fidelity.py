@@ -25,12 +25,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.core import EngineCore, KvCapacity
-from inferplane.engines.sim.offline import WorkItem, run_workload, synthetic_prompt
-from inferplane.engines.sim.scheduler import SimRequest
-from inferplane.engines.sim.timing import DEFAULT_CALIBRATION, Calibration
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.core import EngineCore, KvCapacity
+from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
+from inferplane.sim.scheduler import SimRequest
+from inferplane.sim.timing import DEFAULT_CALIBRATION, Calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "vllm_perf" / "measurements.json"
@@ -289,7 +289,7 @@ def main() -> None:
                              "(concurrency set)")
     parser.add_argument("--fit-gpu", action="store_true",
                         help="concurrency set: fit one calibration per GPU (what "
-                             "GPU_CALIBRATION in inferplane/engines/sim/timing.py holds)")
+                             "GPU_CALIBRATION in inferplane/sim/timing.py holds)")
     parser.add_argument("--generic", action="store_true",
                         help="concurrency set: the default constants on every GPU (before "
                              "per-GPU calibration)")

@@ -14,8 +14,8 @@ import time
 
 import httpx
 
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.host import start_engines, stop_engines
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.host import start_engines, stop_engines
 
 
 async def _load(urls: list[str], seconds: float, clients: int) -> int:

@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
+from inferplane.sim.build import DEFAULT_PROFILE_CONFIG
 
 # Bytes per element of safetensors dtypes (sub-byte types are not needed by the tests).
 DTYPE_BYTES = {

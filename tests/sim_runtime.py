@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferplane.engines.sim.config import FaultConfig
 from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.sim.config import FaultConfig
 from inferplane.spec import load_fleet
 
 # probe and restart quickly: a test waits seconds, not the production minutes

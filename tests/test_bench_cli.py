@@ -10,8 +10,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from inferplane.cli.main import _register_commands, app
-from inferplane.engines.sim import EngineHost, SimEngineConfig
 from inferplane.errors import InferplaneError
+from inferplane.sim import EngineHost, SimEngineConfig
 
 
 def test_bench_a_url_writes_json_and_csv(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_sweep_and_mix_on_a_fleet_file(tmp_path: Path) -> None:
 def test_a_fleet_model_with_a_tokenizer_counts_exactly(tmp_path: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
+    from inferplane.sim.build import DEFAULT_PROFILE_CONFIG
 
     model = tmp_path / "model"
     model.mkdir()

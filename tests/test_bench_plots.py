@@ -26,7 +26,7 @@ from inferplane.bench.plots import (
     write_plots,
 )
 from inferplane.cli.main import _register_commands, app
-from inferplane.engines.sim import EngineHost, SimEngineConfig
+from inferplane.sim import EngineHost, SimEngineConfig
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from inferplane.bench.datasets import BenchRequest, random_dataset
 from inferplane.bench.load import find_knee, sweep
 from inferplane.bench.target import FleetOnSim
-from inferplane.engines.sim.timing import DEFAULT_CALIBRATION
+from inferplane.sim.timing import DEFAULT_CALIBRATION
 
 MODEL = Path(__file__).parent / "data" / "models" / "Qwen--Qwen3-8B"
 FLEET = f"""\

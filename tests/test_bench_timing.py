@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from inferplane.bench.datasets import random_dataset
 from inferplane.bench.load import LoadSpec, run_load
-from inferplane.engines.sim import EngineHost, SimEngineConfig
-from inferplane.engines.sim.timing import DEFAULT_CALIBRATION
+from inferplane.sim import EngineHost, SimEngineConfig
+from inferplane.sim.timing import DEFAULT_CALIBRATION
 
 # The wall-clock engine starts each step when the event loop wakes (uvloop timers have
 # 1 ms resolution): steps of 100 ms keep that drift well inside the 2% asked for.

@@ -21,9 +21,9 @@ from inferplane.bench.load import LoadSpec, arrival_offsets
 from inferplane.bench.metrics import parse_slo, percentile, summarize
 from inferplane.bench.scrape import server_delta
 from inferplane.bench.traffic import parse_traffic
-from inferplane.engines.sim.tokens import ApproxTokenizer
 from inferplane.errors import InferplaneError
 from inferplane.gpus import find_gpu
+from inferplane.sim.tokens import ApproxTokenizer
 
 
 def _result(ttft: float, latency: float, tokens: int, itl: list[float]) -> RequestResult:

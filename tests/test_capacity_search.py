@@ -16,11 +16,11 @@ from inferplane.bench.cost import load_prices
 from inferplane.bench.simclock import Arrival, Outcome, simulate
 from inferplane.bench.traffic import parse_traffic
 from inferplane.cli.main import _register_commands, app
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.core import EngineCore, KvCapacity
 from inferplane.errors import InferplaneError
 from inferplane.planner.build import plan_fleet
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.core import EngineCore, KvCapacity
 from inferplane.spec import load_fleet
 from inferplane.spec.loader import parse_fleet
 

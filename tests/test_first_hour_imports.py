@@ -64,7 +64,7 @@ def test_validate_imports_the_spec_but_nothing_heavy() -> None:
 
 def test_sim_default_gpu_matches_the_simulator() -> None:
     from inferplane.cli.sim import DEFAULT_GPU
-    from inferplane.engines.sim.config import DEFAULT_GPU as SIM_DEFAULT_GPU
+    from inferplane.sim.config import DEFAULT_GPU as SIM_DEFAULT_GPU
 
     assert DEFAULT_GPU == SIM_DEFAULT_GPU
 

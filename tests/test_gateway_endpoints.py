@@ -19,10 +19,10 @@ from model_factory import embed_model_dir
 from test_gateway_fakes import Harness
 from test_openai_sdk_endpoints import SimFleet, start_fleet
 
-from inferplane.engines.sim.host import EngineHandle
 from inferplane.gateway import GatewayConfig, ModelRoute
 from inferplane.gateway.app import GatewayApp, build_app, usage_from
 from inferplane.gateway.routes import MODEL_PATHS, REFUSED, ResponseOwners
+from inferplane.sim.host import EngineHandle
 from inferplane.store import Store
 from inferplane.tenancy.keys import create_key
 from inferplane.tenancy.ledger import usage_report

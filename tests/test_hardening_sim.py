@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.host import EngineHandle, EngineHost
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.host import EngineHandle, EngineHost
 
 
 @pytest.fixture(scope="module")

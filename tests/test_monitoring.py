@@ -29,13 +29,13 @@ from inferplane.deploy.k8s.monitoring import (
     dashboard_configmap,
     prometheus_rule,
 )
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.host import start_engine
 from inferplane.errors import InferplaneError
 from inferplane.gateway import GatewayConfig, ModelRoute
 from inferplane.monitoring.files import context, monitoring_files, write_monitoring
 from inferplane.monitoring.targets import Target, TargetsWriter
 from inferplane.planner import plan_fleet
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.host import start_engine
 from inferplane.spec import load_fleet
 
 ROOT = Path(__file__).resolve().parent.parent

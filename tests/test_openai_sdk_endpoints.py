@@ -12,11 +12,11 @@ import pytest
 from model_factory import embed_model_dir
 from test_gateway_fakes import Harness
 
-from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
-from inferplane.engines.sim.host import EngineHandle, EngineHost
-from inferplane.engines.sim.responses import STORE_ENV
 from inferplane.gateway import GatewayConfig, ModelRoute
 from inferplane.gateway.app import GatewayApp, build_app
+from inferplane.sim.config import FaultConfig, SimEngineConfig
+from inferplane.sim.host import EngineHandle, EngineHost
+from inferplane.sim.responses import STORE_ENV
 from inferplane.tenancy.service import Tenancy
 
 

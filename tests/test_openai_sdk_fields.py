@@ -17,9 +17,9 @@ from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from test_gateway_fakes import Harness, harness  # noqa: F401
 from test_sim_fields import SCHEMA, TOOLS
 
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.host import EngineHost
 from inferplane.gateway import GatewayConfig, ModelRoute
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.host import EngineHost
 
 MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]
 WEATHER = TOOLS[1]["function"]["parameters"]

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from planner_fleets import ROOT, fleet
 
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
 from inferplane.gateway.fleet import UNPLANNED_CONCURRENCY_PER_REPLICA, gateway_config_from_fleet
 from inferplane.gpus.spec import GIB
 from inferplane.planner import plan_fleet
 from inferplane.runtime.instances import plan_sim_instances, plan_simulated
 from inferplane.runtime.runner import Runtime, RuntimeOptions
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
 from inferplane.spec import load_fleet
 
 DEMO = ROOT / "examples" / "demo.yaml"

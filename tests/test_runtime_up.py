@@ -17,9 +17,9 @@ import psutil
 import pytest
 from sim_runtime import FAST
 
-from inferplane.engines.sim.config import FaultConfig
 from inferplane.errors import InferplaneError
 from inferplane.runtime import Runtime, RuntimeOptions, SupervisorSettings
+from inferplane.sim.config import FaultConfig
 from inferplane.spec import load_fleet
 
 FLEET = """\

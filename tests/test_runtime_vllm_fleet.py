@@ -19,7 +19,6 @@ import httpx
 import psutil
 import pytest
 
-from inferplane.engines.sim.fake_vllm import parse_serve_args, visible_devices_error
 from inferplane.errors import InferplaneError
 from inferplane.gpus.fake_nvml import FakeDevice, FakeNvml, FakeProcess
 from inferplane.gpus.spec import GIB
@@ -38,6 +37,7 @@ from inferplane.runtime.vllm_fleet import (
     startup_deadline_s,
     vllm_command,
 )
+from inferplane.sim.fake_vllm import parse_serve_args, visible_devices_error
 from inferplane.spec import load_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +74,7 @@ models:
       exclusive: true
 """
 UUIDS = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000001"]
-FAKE_VLLM = f"{sys.executable} -m inferplane.engines.sim.fake_vllm --load-time-s 1"
+FAKE_VLLM = f"{sys.executable} -m inferplane.sim.fake_vllm --load-time-s 1"
 
 
 def _fleet_file(tmp_path: Path, text: str = FLEET) -> Path:

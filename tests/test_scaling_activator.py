@@ -12,12 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from inferplane.cli.main import _register_commands, app
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.host import start_engine
 from inferplane.gateway import build_app
 from inferplane.gateway.config import Admission, GatewayConfig, ModelRoute
 from inferplane.runtime.instances import free_port
 from inferplane.scaling.activator import ActivatingApp, with_zero_activation
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.host import start_engine
 
 
 async def _get(asgi: Any, path: str) -> httpx.Response:

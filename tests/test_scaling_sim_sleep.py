@@ -6,13 +6,13 @@ import httpx
 import pytest
 from planner_fleets import fleet
 
-from inferplane.engines.sim.app import EngineApp
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.engine import SimEngine
-from inferplane.engines.sim.sleep import DISK_BYTES_S, HOST_LINK_BYTES_S, SleepState, cold_start_s
 from inferplane.runtime.instances import Instance
 from inferplane.scaling.swap import sleep_supported, with_sleep_mode
+from inferplane.sim.app import EngineApp
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.engine import SimEngine
+from inferplane.sim.sleep import DISK_BYTES_S, HOST_LINK_BYTES_S, SleepState, cold_start_s
 from inferplane.spec import FleetSpec
 
 

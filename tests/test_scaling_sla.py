@@ -11,7 +11,6 @@ import httpx
 import pytest
 from sim_runtime import CHAT_FLEET, start_runtime
 
-from inferplane.engines.sim.config import FaultConfig
 from inferplane.scaling.events import read_events
 from inferplane.scaling.policy import ModelAutoscaler, Observation
 from inferplane.scaling.sla import (
@@ -22,6 +21,7 @@ from inferplane.scaling.sla import (
     quantile,
     replica_model_for,
 )
+from inferplane.sim.config import FaultConfig
 from inferplane.spec import ModelScaling, ScalingPolicy
 
 SLA_FLEET = CHAT_FLEET + """\

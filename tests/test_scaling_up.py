@@ -15,9 +15,9 @@ from rich.console import Console
 from sim_runtime import CHAT_FLEET, start_runtime
 
 from inferplane.cli.up import print_status
-from inferplane.engines.sim.config import FaultConfig
 from inferplane.runtime import Runtime
 from inferplane.scaling.events import read_events
+from inferplane.sim.config import FaultConfig
 
 ELASTIC = CHAT_FLEET + """\
     replicas: {replicas}

@@ -41,7 +41,7 @@ scaling:
     chat: {{min_replicas: 1, max_replicas: 2, sleep: {{level: 1}}}}
 """
 UUIDS = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000001"]
-FAKE_VLLM = f"{sys.executable} -m inferplane.engines.sim.fake_vllm --load-time-s 0.5"
+FAKE_VLLM = f"{sys.executable} -m inferplane.sim.fake_vllm --load-time-s 0.5"
 
 
 async def test_vllm_fleet_scales_up_on_the_free_card_and_sleeps_on_the_way_down(

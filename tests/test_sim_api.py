@@ -12,8 +12,8 @@ import pytest
 from model_factory import embed_model_dir
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
-from inferplane.engines.sim.host import EngineHandle, EngineHost, start_engine, start_engines
+from inferplane.sim.config import FaultConfig, SimEngineConfig
+from inferplane.sim.host import EngineHandle, EngineHost, start_engine, start_engines
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 import inferplane.cli.sim as sim_cli
 from inferplane.cli.main import app
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.fake_vllm import parse_serve_args
-from inferplane.engines.sim.host import EngineHost
 from inferplane.errors import InferplaneError
 from inferplane.runtime.instances import plan_sim_instances, plan_simulated
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.fake_vllm import parse_serve_args
+from inferplane.sim.host import EngineHost
 from inferplane.spec import load_fleet
 
 DEMO = ROOT / "examples" / "demo.yaml"
@@ -114,7 +114,7 @@ def test_the_engine_log_has_vllms_memory_lines(tmp_path: Any) -> None:
 
 
 def test_kv_cache_memory_bytes_reads_vllms_human_readable_sizes() -> None:
-    from inferplane.engines.sim.fake_vllm import human_readable_int
+    from inferplane.sim.fake_vllm import human_readable_int
 
     assert human_readable_int("64M") == 64 * 2**20 and human_readable_int("1G") == 2**30
     assert human_readable_int("1g") == 10**9 and human_readable_int("1048576") == 2**20

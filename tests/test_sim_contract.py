@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import vllm_contract as vc
 
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.fake_vllm import parse_serve_args
-from inferplane.engines.sim.startup_log import startup_lines
 from inferplane.engines.vllm_log import parse_startup_log
+from inferplane.sim.build import build_parts
+from inferplane.sim.fake_vllm import parse_serve_args
+from inferplane.sim.startup_log import startup_lines
 
 # config.json and tokenizer files of scripts/make_tiny_models.py's models (no weights: the
 # simulator reads only the shape and the tokenizer), copied by the real-engine test.

@@ -17,11 +17,11 @@ import pytest
 from model_factory import embed_model_dir
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.fake_vllm import parse_serve_args
-from inferplane.engines.sim.host import EngineHandle, EngineHost
 from inferplane.errors import InferplaneError
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.fake_vllm import parse_serve_args
+from inferplane.sim.host import EngineHandle, EngineHost
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.generate import Generation
-from inferplane.engines.sim.host import EngineHost
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.generate import Generation
+from inferplane.sim.host import EngineHost
 
 
 def _stream(url: str, **body: Any) -> list[str]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from inferplane.engines.sim.blocks import BlockPool, block_hashes
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.core import EngineCore, KvCapacity
-from inferplane.engines.sim.offline import WorkItem, run_workload, synthetic_prompt
-from inferplane.engines.sim.timing import StepShape
+from inferplane.sim.blocks import BlockPool, block_hashes
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.core import EngineCore, KvCapacity
+from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
+from inferplane.sim.timing import StepShape
 
 PARTS = build_parts(SimEngineConfig(model="t", max_model_len=4096))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 
-from inferplane.engines.sim.host import _bind
+from inferplane.sim.host import _bind
 
 
 def test_accepted_connections_have_nodelay() -> None:

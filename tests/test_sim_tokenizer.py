@@ -14,11 +14,11 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from inferplane.engines.sim.build import DEFAULT_PROFILE_CONFIG
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.host import EngineHandle, EngineHost
-from inferplane.engines.sim.tokens import ApproxTokenizer, load_tokenizer, render_chat
 from inferplane.errors import InferplaneError
+from inferplane.sim.build import DEFAULT_PROFILE_CONFIG
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.host import EngineHandle, EngineHost
+from inferplane.sim.tokens import ApproxTokenizer, load_tokenizer, render_chat
 
 WORDS = ["[UNK]", "internationalization", "is", "wonderful", "user", "assistant", "hello",
          "the", "cat"]

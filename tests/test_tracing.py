@@ -14,11 +14,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from test_gateway_fakes import FakeEngine, Harness, harness, http  # noqa: F401
 
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.host import EngineHandle, start_engine
 from inferplane.errors import InferplaneError
 from inferplane.gateway import GatewayConfig, ModelRoute
 from inferplane.gateway.tracing import TracingConfig, config_from_env, traces_url, tracing_for
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.host import EngineHandle, start_engine
 from inferplane.spec import load_fleet
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -563,8 +563,8 @@ def record_metrics(urls: Mapping[str, str]) -> dict[str, dict[str, str]]:
 def record_simulator(model_dirs: Mapping[str, Path],
                      kinds: Iterable[str] = (CHAT, PLAIN, EMBED)) -> dict[str, Any]:
     """The contract against simulated engines started from the real engines' command lines."""
-    from inferplane.engines.sim import EngineHost
-    from inferplane.engines.sim.fake_vllm import parse_serve_args
+    from inferplane.sim import EngineHost
+    from inferplane.sim.fake_vllm import parse_serve_args
 
     kinds = list(kinds)
     configs = [parse_serve_args(serve_argv(kind, model_dirs[ENGINE_MODELS[kind]], 0))[0]

@@ -30,11 +30,11 @@ from inferplane.bench.cost import ApiPrice, GpuPrice, cost_report
 from inferplane.bench.metrics import percentile
 from inferplane.bench.simclock import Limits, Outcome, simulate
 from inferplane.bench.traffic import ModelTraffic, Traffic
-from inferplane.engines.sim.timing import StepTimeModel
 from inferplane.errors import InferplaneError
 from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.gpus.spec import GpuSpec
 from inferplane.models.profile import ModelProfile
+from inferplane.sim.timing import StepTimeModel
 from inferplane.spec import FleetSpec, ModelSpec
 
 SEQ_LEVELS: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -187,11 +187,11 @@ class EngineParts:
 def _engine_parts(
     profile: ModelProfile, settings: EngineSettings, gpu: GpuSpec
 ) -> EngineParts | None:
-    """The simulator's engine for these settings (as `engines.sim.build.build_parts`
+    """The simulator's engine for these settings (as `sim.build.build_parts`
     resolves one, but from the planner's full settings), or None when it does not fit."""
-    from inferplane.engines.sim.timing import StepTimeModel, model_cost
     from inferplane.estimator.memory import estimate_memory
     from inferplane.gpus import GIB
+    from inferplane.sim.timing import StepTimeModel, model_cost
 
     memory = estimate_memory(profile, settings, gpu=gpu)
     if not memory.fits or memory.num_gpu_blocks < 1:
@@ -220,7 +220,7 @@ class _Search:
         """Requests to simulate: at least `requests`, and enough that the warm-up (the first
         20%) lasts about one request's lifetime at a full batch, so the measured requests
         (the middle 60%) see the steady state rather than the ramp or the drain."""
-        from inferplane.engines.sim.timing import StepShape
+        from inferplane.sim.timing import StepShape
 
         timing = candidate.parts.timing
         out = self.traffic.output_tokens.mean
@@ -232,7 +232,7 @@ class _Search:
         return max(self.requests, min(wanted, self.requests * MAX_WINDOW_FACTOR))
 
     def evaluate(self, candidate: Candidate, replicas: int) -> Evaluation:
-        from inferplane.engines.sim.core import EngineCore, KvCapacity
+        from inferplane.sim.core import EngineCore, KvCapacity
 
         self.evaluated += 1
         rate = self.traffic.peak_rps / replicas

@@ -166,7 +166,7 @@ def prefix_dataset(
 def _count(text: str, tokenizer: TextTokenizer | None) -> int:
     if tokenizer is not None:
         return len(tokenizer.encode(text))
-    from inferplane.engines.sim.tokens import ApproxTokenizer
+    from inferplane.sim.tokens import ApproxTokenizer
 
     return len(ApproxTokenizer().encode(text))
 

@@ -5,27 +5,34 @@ from __future__ import annotations
 
 from typing import Any
 
-# vLLM counter/histogram samples worth a delta (summed over label sets).
-_DELTAS = (
-    "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions",
-    "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success",
-    "vllm:request_queue_time_seconds_sum", "vllm:request_queue_time_seconds_count",
+from inferplane.engines import engine_for, read_metrics
+from inferplane.engines import metrics as m
+
+# Counters worth a delta, in the engine boundary's neutral names; the JSON keeps the
+# engine's own names (the first of each mapping) so its readers see what the engine exports.
+_COUNTERS = (
+    m.PREFIX_CACHE_QUERIES, m.PREFIX_CACHE_HITS, m.PREEMPTIONS, m.PROMPT_TOKENS,
+    m.GENERATION_TOKENS, m.REQUESTS_FINISHED,
 )
+_NAMES = engine_for("vllm").metrics
+_QUEUE = _NAMES[m.QUEUE_TIME][0]
 
 
 def parse_samples(text: str) -> dict[str, float]:
-    """Sum every sample of the exposition by name (labels dropped); `_total` suffixes kept
-    under the bare name too, so both naming styles match."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+    """The counters and the queue-time histogram's sum/count of one scrape, by the engine's
+    metric name (summed over label sets); absent ones are left out."""
+    reading = read_metrics(text, _NAMES, (*_COUNTERS, m.QUEUE_TIME, m.KV_CACHE_USAGE))
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            out[name] = out.get(name, 0.0) + float(sample.value)
-            if name.endswith("_total"):
-                bare = name[: -len("_total")]
-                out[bare] = out.get(bare, 0.0) + float(sample.value)
+    for key in _COUNTERS:
+        value = reading.total(key)
+        if value is not None:
+            out[_NAMES[key][0]] = value
+    _, total, count = reading.histogram(m.QUEUE_TIME)
+    if count:
+        out[_QUEUE + "_sum"], out[_QUEUE + "_count"] = total, count
+    kv = reading.total(m.KV_CACHE_USAGE)
+    if kv is not None:
+        out[_NAMES[m.KV_CACHE_USAGE][0]] = kv
     return out
 
 
@@ -54,25 +61,25 @@ def server_delta(before: str | None, after: str | None) -> dict[str, Any]:
         b, a = parse_samples(before), parse_samples(after)
     except ValueError:
         return {"scraped": False}
-    delta = {name: a.get(name, 0.0) - b.get(name, 0.0) for name in _DELTAS if name in a}
+    kv_name = _NAMES[m.KV_CACHE_USAGE][0]
+    delta = {name: a.get(name, 0.0) - b.get(name, 0.0) for name in a if name != kv_name}
     out = _derive(delta)
-    if "vllm:kv_cache_usage_perc" in a:
-        out["kv_cache_usage_after"] = a["vllm:kv_cache_usage_perc"]
+    if kv_name in a:
+        out["kv_cache_usage_after"] = a[kv_name]
     return out
 
 
 def _derive(delta: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {"scraped": True, "deltas": delta}
-    queries = delta.get("vllm:prefix_cache_queries", 0.0)
+    queries = delta.get(_NAMES[m.PREFIX_CACHE_QUERIES][0], 0.0)
     if queries > 0:
-        out["prefix_cache_hit_rate"] = delta.get("vllm:prefix_cache_hits", 0.0) / queries
-    if "vllm:num_preemptions" in delta:
-        out["preemptions"] = delta["vllm:num_preemptions"]
-    count = delta.get("vllm:request_queue_time_seconds_count", 0.0)
+        out["prefix_cache_hit_rate"] = delta.get(_NAMES[m.PREFIX_CACHE_HITS][0], 0.0) / queries
+    preemptions = _NAMES[m.PREEMPTIONS][0]
+    if preemptions in delta:
+        out["preemptions"] = delta[preemptions]
+    count = delta.get(_QUEUE + "_count", 0.0)
     if count > 0:
-        out["mean_queue_time_ms"] = (
-            1000.0 * delta.get("vllm:request_queue_time_seconds_sum", 0.0) / count
-        )
+        out["mean_queue_time_ms"] = 1000.0 * delta.get(_QUEUE + "_sum", 0.0) / count
     return out
 
 

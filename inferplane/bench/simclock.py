@@ -16,10 +16,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inferplane.engines.sim.blocks import block_hashes
-from inferplane.engines.sim.core import EngineCore
-from inferplane.engines.sim.scheduler import SimRequest, Status
-from inferplane.engines.sim.timing import StepShape
+from inferplane.sim.blocks import block_hashes
+from inferplane.sim.core import EngineCore
+from inferplane.sim.scheduler import SimRequest, Status
+from inferplane.sim.timing import StepShape
 
 MAX_JUMP_STEPS = 100_000
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from inferplane.errors import InferplaneError
 
 if TYPE_CHECKING:
-    from inferplane.engines.sim.config import SimEngineConfig
-    from inferplane.engines.sim.host import EngineHandle
-    from inferplane.engines.sim.timing import Calibration
     from inferplane.planner.plan import Plan
+    from inferplane.sim.config import SimEngineConfig
+    from inferplane.sim.host import EngineHandle
+    from inferplane.sim.timing import Calibration
     from inferplane.spec import FleetSpec
 
 
@@ -58,7 +58,7 @@ def sim_replicas(
     """One simulated engine config per replica (per planned instance with a plan)."""
     from dataclasses import replace
 
-    from inferplane.engines.sim.config import DEFAULT_GPU, SimEngineConfig
+    from inferplane.sim.config import DEFAULT_GPU, SimEngineConfig
 
     out: list[SimReplica] = []
     if plan is not None:
@@ -140,10 +140,10 @@ class FleetOnSim:
                      replicas: list[SimReplica]) -> SimTarget:
         import uvicorn
 
-        from inferplane.engines.sim.host import start_engines
         from inferplane.gateway import Backend, build_app
         from inferplane.gateway.fleet import gateway_config_from_fleet
         from inferplane.gateway.server import uvicorn_config
+        from inferplane.sim.host import start_engines
 
         self._handles = await start_engines([r.config for r in replicas])
         from dataclasses import replace
@@ -179,7 +179,7 @@ class FleetOnSim:
         )
 
     async def _stop(self) -> None:
-        from inferplane.engines.sim.host import stop_engines
+        from inferplane.sim.host import stop_engines
 
         if self._server is not None and self._server_task is not None:
             self._server.should_exit = True

@@ -149,8 +149,12 @@ def _command(argv: list[str]) -> str:
     """What tells the ranks apart: the multi-node flags, or the Ray role."""
     if argv[:2] == ["bash", "-c"]:
         return "ray head, then vllm serve" if "--head" in argv[2] else "ray worker"
-    role = "vllm serve --headless" if "--headless" in argv else "vllm serve (API)"
-    rank = argv[argv.index("--node-rank") + 1] if "--node-rank" in argv else "?"
+    from inferplane.engines import engine_for  # not at import: `--help` stays light
+    from inferplane.engines.vllm.launch import RANK_OPTION
+
+    launch = engine_for("vllm").planned(argv)
+    role = "vllm serve --headless" if launch.flag("headless") is not None else "vllm serve (API)"
+    rank = launch.flag(RANK_OPTION) or "?"
     return f"{role} --node-rank {rank}"
 
 

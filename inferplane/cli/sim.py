@@ -14,7 +14,7 @@ from inferplane.cli.main import app
 from inferplane.errors import InferplaneError
 
 if TYPE_CHECKING:  # the simulator (starlette, aiohttp) loads on use
-    from inferplane.engines.sim.config import SimEngineConfig
+    from inferplane.sim.config import SimEngineConfig
 
 # The simulator's DEFAULT_GPU, spelled here so `--help` needs no simulator import (a test
 # keeps the two equal).
@@ -22,7 +22,7 @@ DEFAULT_GPU = "H100-SXM-80GB"
 
 
 def _keys() -> tuple[set[str], set[str]]:
-    from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
+    from inferplane.sim.config import FaultConfig, SimEngineConfig
 
     faults = set(FaultConfig.__dataclass_fields__)
     engine = set(SimEngineConfig.__dataclass_fields__) - {"faults", "calibration"}
@@ -30,7 +30,7 @@ def _keys() -> tuple[set[str], set[str]]:
 
 
 def _engine_from_mapping(entry: dict[str, Any], where: str) -> SimEngineConfig:
-    from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
+    from inferplane.sim.config import FaultConfig, SimEngineConfig
 
     fault_keys, engine_keys = _keys()
     unknown = set(entry) - fault_keys - engine_keys
@@ -71,9 +71,9 @@ def load_fleet(path: Path) -> list[SimEngineConfig]:
 
 
 async def _serve(configs: list[SimEngineConfig], exit_on_crash: bool) -> int:
-    from inferplane.engines.sim.app import log_requests
-    from inferplane.engines.sim.host import start_engines, stop_engines
-    from inferplane.engines.sim.startup_log import startup_lines
+    from inferplane.sim.app import log_requests
+    from inferplane.sim.host import start_engines, stop_engines
+    from inferplane.sim.startup_log import startup_lines
 
     log_requests()  # each request's id in the engine's log, as vLLM logs it
     handles = await start_engines(configs)
@@ -131,7 +131,7 @@ def sim(
     fleet: Path | None = typer.Option(None, help="YAML file of many engines to host at once."),
 ) -> None:
     """Run a simulated vLLM engine (same HTTP API and metrics) without a GPU."""
-    from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
+    from inferplane.sim.config import FaultConfig, SimEngineConfig
 
     if fleet is not None:
         configs = load_fleet(fleet)

@@ -146,7 +146,7 @@ def up(
     vllm_binary: str | None = typer.Option(
         None, envvar="INFERPLANE_VLLM_BINARY",
         help="Command run instead of `vllm`, e.g. \"python -m "
-        "inferplane.engines.sim.fake_vllm\" to run a vLLM fleet on the simulator.",
+        "inferplane.sim.fake_vllm\" to run a vLLM fleet on the simulator.",
     ),
     disk_bandwidth_mib_s: float = typer.Option(
         100.0, help="Read bandwidth of the weights' disk: sizes startup deadlines (P24, P35)."

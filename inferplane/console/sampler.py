@@ -27,6 +27,8 @@ import aiohttp
 from inferplane.aio import cancel_and_wait
 from inferplane.console import series as S
 from inferplane.console.source import FleetSource
+from inferplane.engines import engine_for, read_metrics
+from inferplane.engines import metrics as metric
 
 if TYPE_CHECKING:
     from inferplane.gateway.app import GatewayApp
@@ -37,8 +39,12 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_CAPACITY = 900  # 15 minutes at one point a second
 EVENTS_PER_INSTANCE = 50
 _SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=1.5)
-_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # v1, then the v0 name
-_TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds")
+# The engines' metric names from the engine boundary's vocabulary (current name first).
+_N = engine_for("vllm").metrics
+_KV = _N[metric.KV_CACHE_USAGE]
+_TPOT = _N[metric.TIME_PER_OUTPUT_TOKEN]
+_WAITING, _RUNNING = _N[metric.REQUESTS_WAITING][0], _N[metric.REQUESTS_RUNNING][0]
+_TTFT = _N[metric.TIME_TO_FIRST_TOKEN][0]
 
 
 @dataclass(frozen=True)
@@ -134,10 +140,11 @@ class Sampler:
                 text = await r.text()
         except (aiohttp.ClientError, TimeoutError, OSError):
             return None
-        try:
-            return S.from_text(text)
-        except ValueError:
-            return None
+        reading = read_metrics(text, _N)  # the engine boundary's one reader
+        if not reading.samples:
+            return None  # nothing an engine reports (or not an exposition): no reading
+        return {name: [(tuple(sorted(labels.items())), value) for labels, value in rows]
+                for name, rows in reading.samples.items()}
 
     # ---- one point ---------------------------------------------------------------------
 
@@ -159,8 +166,8 @@ class Sampler:
             self.live[rep.name] = {
                 "at": now,
                 "kv_cache_usage": _r(S.peak(samples, kv) if kv else None),
-                "waiting": S.total(samples, "vllm:num_requests_waiting"),
-                "running": S.total(samples, "vllm:num_requests_running"),
+                "waiting": S.total(samples, _WAITING),
+                "running": S.total(samples, _RUNNING),
             }
         prev, prev_engines, dt = self._prev_gateway, self._prev_engines, now - self._prev_at
         self._prev_gateway, self._prev_engines, self._prev_at = gateway, engines, now
@@ -236,16 +243,16 @@ class Sampler:
             return out
         before = engine_before or {}
         kv = _first(engine, _KV)
-        queries = S.rate(before, engine, "vllm:prefix_cache_queries_total", dt)
-        hits = S.rate(before, engine, "vllm:prefix_cache_hits_total", dt)
-        ttft_n = S.buckets(engine, "vllm:time_to_first_token_seconds")
-        ttft_b = S.buckets(before, "vllm:time_to_first_token_seconds")
+        queries = S.rate(before, engine, _N[metric.PREFIX_CACHE_QUERIES][0] + "_total", dt)
+        hits = S.rate(before, engine, _N[metric.PREFIX_CACHE_HITS][0] + "_total", dt)
+        ttft_n = S.buckets(engine, _TTFT)
+        ttft_b = S.buckets(before, _TTFT)
         tpot = _first(engine, _TPOT)
         tpot_n = S.buckets(engine, tpot) if tpot else {}
         tpot_b = S.buckets(before, tpot) if tpot else {}
         out.update(
-            waiting=S.total(engine, "vllm:num_requests_waiting"),
-            running=S.total(engine, "vllm:num_requests_running"),
+            waiting=S.total(engine, _WAITING),
+            running=S.total(engine, _RUNNING),
             kv_cache_usage=_r(S.peak(engine, kv) if kv else None),
             prefix_hit_rate=_r(hits / queries if queries > 0 else None),
             ttft_p50_s=_r(S.quantile(0.5, ttft_b, ttft_n), 6) if engine_before else None,
@@ -253,9 +260,9 @@ class Sampler:
             tpot_p50_s=_r(S.quantile(0.5, tpot_b, tpot_n), 6) if engine_before else None,
             tpot_p95_s=_r(S.quantile(0.95, tpot_b, tpot_n), 6) if engine_before else None,
             generation_tokens_per_s=_r(
-                S.rate(before, engine, "vllm:generation_tokens_total", dt), 2
+                S.rate(before, engine, _N[metric.GENERATION_TOKENS][0] + "_total", dt), 2
             ) if engine_before else None,
-            preemptions_per_s=_r(S.rate(before, engine, "vllm:num_preemptions_total", dt))
+            preemptions_per_s=_r(S.rate(before, engine, _N[metric.PREEMPTIONS][0] + "_total", dt))
             if engine_before else None,
         )  # fmt: skip
         return out

@@ -28,6 +28,7 @@ import yaml
 from inferplane.deploy import lws_checks
 from inferplane.deploy.names import DNS1035_LABEL, IANA_SVC_NAME
 from inferplane.deploy.yamlio import load_docs
+from inferplane.engines import engine_for
 from inferplane.errors import InferplaneError
 
 DEFAULT_K8S_VERSIONS = ("1.29", "1.33")
@@ -230,12 +231,8 @@ def _sleep_s(container: dict[str, Any]) -> int:
 
 def _shutdown_timeout_s(container: dict[str, Any]) -> int:
     args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
-    for i, arg in enumerate(args):
-        if arg == "--shutdown-timeout" and i + 1 < len(args) and args[i + 1].isdigit():
-            return int(args[i + 1])
-        if arg.startswith("--shutdown-timeout="):
-            return int(arg.split("=", 1)[1])
-    return 0
+    value = engine_for("vllm").planned(args).flag("shutdown-timeout")
+    return int(value) if value and value.isdigit() else 0
 
 
 def semantic_problems(docs: list[Doc]) -> list[CheckProblem]:

@@ -34,6 +34,7 @@ from inferplane.deploy.k8s.weights import (
 from inferplane.deploy.names import object_name
 from inferplane.deploy.options import RenderOptions, engine_image
 from inferplane.deploy.yamlio import dump_docs, load_docs
+from inferplane.engines import engine_for
 from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.spec import FleetSpec
 
@@ -86,7 +87,7 @@ def engine_service(
         "stop_signal": "SIGTERM",
         "stop_grace_period": _duration(options.drain_s + options.grace_margin_s),  # P27
         "healthcheck": {
-            "test": _health(inst.port, "/v1/models"),
+            "test": _health(inst.port, engine_for(engine.kind).endpoints.models),
             "interval": "10s",
             "timeout": "5s",
             "retries": 3,

@@ -10,12 +10,11 @@ which becomes `$(LWS_WORKER_INDEX)` there.
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
+from inferplane.engines.vllm.launch import RANK_OPTION, is_direct_vllm
 from inferplane.errors import InferplaneError
 from inferplane.planner.plan import LEADER_ADDRESS_TOKEN, Plan, PlanInstance, PlanRank
 
-RANK_FLAGS = ("--node-rank",)  # vLLM's native multi-node rank flag
+RANK_FLAGS = (f"--{RANK_OPTION}",)  # vLLM's native multi-node rank flag
 
 
 def spanning(plan: Plan) -> list[PlanInstance]:
@@ -51,16 +50,6 @@ def ranks_of(inst: PlanInstance) -> list[PlanRank]:
 
 def substitute(text: str, leader: str) -> str:
     return text.replace(LEADER_ADDRESS_TOKEN, leader)
-
-
-def is_direct_vllm(argv: list[str]) -> bool:
-    """`vllm serve ...` itself (not wrapped in a shell, e.g. the Ray form): safe to amend."""
-    if not argv:
-        return False
-    if PurePosixPath(argv[0]).name == "vllm":
-        return True
-    return len(argv) > 2 and PurePosixPath(argv[0]).name.startswith("python") and (
-        argv[1] == "-m" and argv[2].startswith("vllm"))
 
 
 def _template(values: list[str], ranks: list[int], index: str) -> str | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from inferplane.deploy.images import PROJECT_IMAGE
-from inferplane.engines.vllm.versions import parse_version
+from inferplane.engines import engine_for
 from inferplane.errors import InferplaneError
 
 Autoscaler = Literal["keda", "hpa", "none"]
@@ -175,16 +175,12 @@ def k8s_minor(version: str) -> tuple[int, int]:
 
 
 def engine_image(kind: str, version: str, image: str | None, options: RenderOptions) -> str:
+    """The fleet's `engine.image`, else the engine's own (the project's image for the sim)."""
     if image:
         return image
-    if kind == "sim":
-        return options.gateway_image
-    return f"vllm/vllm-openai:v{version}"
-
-
-# vLLM drains in-flight requests on SIGTERM for --shutdown-timeout seconds (P27).
-SHUTDOWN_TIMEOUT_MIN_VLLM = (0, 14, 0)
+    return engine_for(kind).image(version, fallback=options.gateway_image)
 
 
 def supports_shutdown_timeout(kind: str, version: str) -> bool:
-    return kind == "vllm" and parse_version(version) >= SHUTDOWN_TIMEOUT_MIN_VLLM
+    """Whether the engine drains in-flight requests on SIGTERM for a given time (P27)."""
+    return engine_for(kind).supports_drain_timeout(version)

@@ -21,17 +21,19 @@ from inferplane.deploy.names import object_name
 from inferplane.deploy.options import RenderOptions, supports_shutdown_timeout
 from inferplane.deploy.systemd_prewarm import prewarm_of
 from inferplane.deploy.systemd_syntax import HEADER, TARGET, exec_line, quote, unit_name
+from inferplane.engines import engine_for
 from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.spec import FleetSpec
 
 
 def engine_unit(fleet: FleetSpec, plan: Plan, inst: PlanInstance, options: RenderOptions) -> str:
-    argv = list(inst.argv)
-    if "--host" in argv and len(hosts.nodes_in_order(plan)) > 1:
-        argv[argv.index("--host") + 1] = "0.0.0.0"  # the gateway on another node reaches it
     engine = fleet.engine
-    if supports_shutdown_timeout(engine.kind, engine.version) and "--shutdown-timeout" not in argv:
-        argv += ["--shutdown-timeout", str(options.drain_s)]
+    launch = engine_for(engine.kind).planned(inst.argv)
+    if len(hosts.nodes_in_order(plan)) > 1:
+        launch = launch.with_host("0.0.0.0")  # the gateway on another node reaches it
+    if supports_shutdown_timeout(engine.kind, engine.version):
+        launch = launch.with_drain_timeout(options.drain_s)
+    argv = list(launch.argv)
     deps = [d for d in inst.start_after
             if any(i.id == d and i.node == inst.node for i in plan.instances)]
     return unit_text(fleet, plan, options, inst, UnitBody(

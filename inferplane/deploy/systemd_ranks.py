@@ -13,6 +13,7 @@ from __future__ import annotations
 from inferplane.deploy import hosts, multinode
 from inferplane.deploy.options import RenderOptions, supports_shutdown_timeout
 from inferplane.deploy.systemd_syntax import HEADER, unit_name
+from inferplane.engines import engine_for
 from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.spec import FleetSpec
 
@@ -39,12 +40,12 @@ def rank_units(fleet: FleetSpec, plan: Plan, inst: PlanInstance,
     out: list[tuple[str, str, str]] = []
     for rank in ranks:
         argv = [multinode.substitute(a, leader) for a in rank.argv]
-        if rank.rank == 0 and multinode.is_direct_vllm(argv):
-            if "--host" in argv:
-                argv[argv.index("--host") + 1] = "0.0.0.0"  # the gateway reaches it
-            if supports_shutdown_timeout(engine.kind, engine.version) and not any(
-                    a.startswith("--shutdown-timeout") for a in argv):
-                argv += ["--shutdown-timeout", str(options.drain_s)]
+        launch = engine_for(engine.kind).planned(argv)
+        if rank.rank == 0 and launch.is_direct():
+            launch = launch.with_host("0.0.0.0")  # the gateway reaches it
+            if supports_shutdown_timeout(engine.kind, engine.version):
+                launch = launch.with_drain_timeout(options.drain_s)
+            argv = list(launch.argv)
         role = (f"leader, port {inst.port}" if rank.rank == 0
                 else f"worker of {leader}:{inst.port}")
         deps = [d for d in inst.start_after if rank.rank == 0 and any(

@@ -9,12 +9,15 @@ from collections.abc import Callable
 import aiohttp
 
 from inferplane.aio import cancel_and_wait
+from inferplane.engines import engine_for
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.engine_metrics import parse_engine_load
 from inferplane.gateway.pool import Pool
 from inferplane.gateway.state import GatewayState
 
 _PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
+# The engines behind the gateway all answer vLLM's paths (the simulator too).
+_PATHS = engine_for("vllm").endpoints
 
 
 class Monitor:
@@ -35,7 +38,7 @@ class Monitor:
         """Refresh `b.engine`; an unreadable or unusable endpoint clears the reading."""
         loop = asyncio.get_running_loop()
         try:
-            async with self._session().get(b.url + "/metrics", timeout=_PROBE_TIMEOUT) as r:
+            async with self._session().get(b.url + _PATHS.metrics, timeout=_PROBE_TIMEOUT) as r:
                 text = await r.text() if r.status == 200 else ""
         except (aiohttp.ClientError, TimeoutError, OSError):
             text = ""
@@ -44,7 +47,7 @@ class Monitor:
     async def check_health(self, pool: Pool, b: Backend) -> None:
         """Readmit an ejected replica once its `/health` answers 200."""
         try:
-            async with self._session().get(b.url + "/health", timeout=_PROBE_TIMEOUT) as r:
+            async with self._session().get(b.url + _PATHS.health, timeout=_PROBE_TIMEOUT) as r:
                 healthy = r.status == 200
         except (aiohttp.ClientError, TimeoutError, OSError):
             healthy = False

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from inferplane.engines.vllm import VllmArgs, build_vllm_argv, multinode_argvs
+from inferplane.engines.vllm import VllmArgs
+from inferplane.engines.vllm.engine import ENGINE as VLLM
 from inferplane.engines.vllm.versions import era_of
 from inferplane.errors import InferplaneError
 from inferplane.estimator.memory import estimate_memory
@@ -408,12 +409,9 @@ def plan_instance(
         cudagraph_capture_sizes=shape.capture_sizes,
         extra_args=model.extra_args,
     )
-    version = fleet.engine.version
-    if choice.spans_nodes:
-        argvs = multinode_argvs(args, version=version, master_port=ports.master,
-                                ray_port=ports.ray)
-    else:
-        argvs = [build_vllm_argv(args, version=version)]
+    launches = VLLM.launches(args, version=fleet.engine.version, spans_nodes=choice.spans_nodes,
+                             master_port=ports.master, ray_port=ports.ray)
+    argvs = [list(launch.argv) for launch in launches]
     envs = [
         {**fleet.engine.extra_env, **model.env, **placement_env(group, fleet, choice.spans_nodes)}
         for group in rank_slots

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferplane.engines.base import LEADER_ADDRESS_TOKEN
+
 PLAN_SCHEMA_VERSION = 1
 
 PlacementPolicy = Literal["binpack", "spread"]
@@ -35,9 +37,9 @@ class InstanceMemory(_PlanModel):
     kv_bytes_per_token: int
 
 
-# Stands in for the leader's address inside a multi-node replica's argv/env: only the
-# deployment target knows it (Kubernetes: $(LWS_LEADER_ADDRESS); systemd: the leader host).
-LEADER_ADDRESS_TOKEN = "{leader_address}"
+# LEADER_ADDRESS_TOKEN stands in for the leader's address inside a multi-node replica's
+# argv/env: only the deployment target knows it (the engine writes it, engines/base.py).
+__all__ = ["LEADER_ADDRESS_TOKEN"]
 
 
 class PlanRank(_PlanModel):

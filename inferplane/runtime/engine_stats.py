@@ -1,7 +1,8 @@
 """Live figures of each engine for `inferplane status`: queue and KV cache from /metrics.
 
-Read with vLLM's current metric names (the older KV alias as a fallback): requests
-waiting and running (summed over data-parallel ranks), KV cache usage (the highest).
+Read through the engine boundary's one reader (`engines.metrics`, neutral names; the
+engine maps them to its own, older aliases as fallbacks): requests waiting and running
+(summed over data-parallel ranks), KV cache usage (the highest).
 A figure the engine does not report, or an engine that does not answer, is None.
 """
 
@@ -13,9 +14,10 @@ from dataclasses import dataclass
 
 import httpx
 
-WAITING = ("vllm:num_requests_waiting",)
-RUNNING = ("vllm:num_requests_running",)
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # v1, then v0 name
+from inferplane.engines import MetricNames, engine_for, read_metrics
+from inferplane.engines import metrics as m
+
+_KEYS = (m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.KV_CACHE_USAGE)
 
 
 @dataclass(frozen=True)
@@ -25,41 +27,12 @@ class EngineStats:
     kv_cache_usage: float | None = None  # 0..1
 
 
-def _values(text: str) -> dict[str, list[float]]:
-    wanted = {*WAITING, *RUNNING, *KV_USAGE}
-    found: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        if not line.startswith("vllm:"):
-            continue
-        brace = line.find("{")
-        if brace >= 0:
-            name, rest = line[:brace], line[line.rfind("}") + 1 :]
-        else:
-            name, _, rest = line.partition(" ")
-        if name not in wanted:
-            continue
-        parts = rest.split()
-        try:
-            found.setdefault(name, []).append(float(parts[0]))
-        except (IndexError, ValueError):
-            continue
-    return found
-
-
-def parse_engine_stats(text: str) -> EngineStats:
-    found = _values(text)
-
-    def first(names: tuple[str, ...]) -> list[float]:
-        for name in names:
-            if name in found:
-                return found[name]
-        return []
-
-    waiting, running, kv = first(WAITING), first(RUNNING), first(KV_USAGE)
+def parse_engine_stats(text: str, names: MetricNames | None = None) -> EngineStats:
+    reading = read_metrics(text, engine_for("vllm").metrics if names is None else names, _KEYS)
     return EngineStats(
-        waiting=sum(waiting) if waiting else None,
-        running=sum(running) if running else None,
-        kv_cache_usage=max(kv) if kv else None,
+        waiting=reading.total(m.REQUESTS_WAITING),
+        running=reading.total(m.REQUESTS_RUNNING),
+        kv_cache_usage=reading.highest(m.KV_CACHE_USAGE),
     )
 
 
@@ -70,7 +43,7 @@ async def read_engine_stats(urls: Iterable[str], timeout_s: float = 1.0) -> dict
 
         async def one(url: str) -> EngineStats:
             try:
-                resp = await client.get(url + "/metrics")
+                resp = await client.get(url + engine_for("vllm").endpoints.metrics)
             except httpx.HTTPError:
                 return EngineStats()
             return parse_engine_stats(resp.text) if resp.status_code == 200 else EngineStats()

@@ -12,15 +12,16 @@ from __future__ import annotations
 import socket
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from inferplane.engines.sim.config import DEFAULT_GPU, FaultConfig
+from inferplane.engines.simulator import SimFaults, SimLaunchArgs
+from inferplane.engines.simulator import sim_argv as build_sim_argv
 from inferplane.errors import InferplaneError
 from inferplane.gpus.catalog import find_gpu
 from inferplane.planner.plan import Plan, PlanInstance
+from inferplane.sim.config import DEFAULT_GPU, FaultConfig
 from inferplane.spec import FleetSpec, ModelSpec
-from inferplane.spec.extra_args import extra_args_argv
 
 ENGINE_HOST = "127.0.0.1"
 
@@ -66,11 +67,6 @@ def _sim_gpu(fleet: FleetSpec) -> str:
     return DEFAULT_GPU
 
 
-# The `extra_args` a simulated engine honours as vLLM does (they change which requests it
-# accepts); the others tune what the simulator does not model and are not passed.
-SIM_EXTRA_FLAGS = ("max-logprobs", "enable-auto-tool-choice", "tool-call-parser")
-
-
 def sim_argv(
     model: ModelSpec,
     *,
@@ -81,59 +77,38 @@ def sim_argv(
     planned: PlanInstance | None = None,
 ) -> tuple[str, ...]:
     """The command line of one simulated engine (`inferplane sim`) serving `model`; with
-    `planned`, the plan's numbers instead of the fleet file's."""
-    argv = [
-        python, "-m", "inferplane", "sim",
-        "--model", model.engine_model_name,
-        "--host", ENGINE_HOST,
-        "--port", str(port),
-        "--gpu", gpu,
-    ]
+    `planned`, the plan's numbers instead of the fleet file's (the simulator engine builds it)."""
     source = Path(model.source) if model.source is not None else None
-    if source is not None and (source / "config.json").is_file():
-        argv += ["--model-dir", str(source)]
-    argv += _planned_args(planned) if planned is not None else _fleet_file_args(model)
-    if model.task == "embed":  # as the vLLM argv does (--runner pooling)
-        argv += ["--runner", "pooling"]
-    argv += extra_args_argv({flag: value for flag, value in model.extra_args.items()
-                             if flag in SIM_EXTRA_FLAGS})
-    if faults is not None:
-        argv += ["--load-time-s", str(faults.load_time_s), "--fail-rate", str(faults.fail_rate)]
-        argv += ["--slowdown", str(faults.slowdown)]
-        if faults.crash_after_requests is not None:
-            argv += ["--crash-after-requests", str(faults.crash_after_requests)]
-        if faults.hang_after_requests is not None:
-            argv += ["--hang-after-requests", str(faults.hang_after_requests)]
-    return tuple(argv)
-
-
-def _fleet_file_args(model: ModelSpec) -> list[str]:
-    argv: list[str] = []
-    if isinstance(model.max_model_len, int):
-        argv += ["--max-model-len", str(model.max_model_len)]
-    if isinstance(model.tensor_parallel_size, int):
-        argv += ["--tensor-parallel-size", str(model.tensor_parallel_size)]
-    if model.max_num_seqs is not None:
-        argv += ["--max-num-seqs", str(model.max_num_seqs)]
-    if model.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(model.max_num_batched_tokens)]
-    if isinstance(model.gpu_memory_utilization, float):
-        argv += ["--gpu-memory-utilization", str(model.gpu_memory_utilization)]
-    return argv
-
-
-def _planned_args(inst: PlanInstance) -> list[str]:
-    """What the plan starts vLLM with, for the simulated engine."""
-    argv = [
-        "--max-model-len", str(inst.max_model_len),
-        "--tensor-parallel-size", str(inst.tensor_parallel_size),
-        "--max-num-seqs", str(inst.max_num_seqs),
-        "--max-num-batched-tokens", str(inst.max_num_batched_tokens),
-        "--gpu-memory-utilization", str(inst.gpu_memory_utilization),
-    ]
-    if inst.kv_cache_memory_bytes is not None:
-        argv += ["--kv-cache-memory-bytes", str(inst.kv_cache_memory_bytes)]
-    return argv
+    model_dir = str(source) if source is not None and (source / "config.json").is_file() else None
+    if planned is not None:
+        sizing = SimLaunchArgs(
+            served_model_name=model.engine_model_name, host=ENGINE_HOST, port=port, gpu=gpu,
+            max_model_len=planned.max_model_len,
+            tensor_parallel_size=planned.tensor_parallel_size,
+            max_num_seqs=planned.max_num_seqs,
+            max_num_batched_tokens=planned.max_num_batched_tokens,
+            gpu_memory_utilization=planned.gpu_memory_utilization,
+            kv_cache_memory_bytes=planned.kv_cache_memory_bytes,
+        )
+    else:
+        sizing = SimLaunchArgs(
+            served_model_name=model.engine_model_name, host=ENGINE_HOST, port=port, gpu=gpu,
+            max_model_len=model.max_model_len if isinstance(model.max_model_len, int) else None,
+            tensor_parallel_size=(model.tensor_parallel_size
+                                  if isinstance(model.tensor_parallel_size, int) else None),
+            max_num_seqs=model.max_num_seqs,
+            max_num_batched_tokens=model.max_num_batched_tokens,
+            gpu_memory_utilization=(model.gpu_memory_utilization
+                                    if isinstance(model.gpu_memory_utilization, float) else None),
+        )
+    fault = None if faults is None else SimFaults(
+        load_time_s=faults.load_time_s, fail_rate=faults.fail_rate, slowdown=faults.slowdown,
+        crash_after_requests=faults.crash_after_requests,
+        hang_after_requests=faults.hang_after_requests,
+    )
+    args = replace(sizing, model_dir=model_dir, task=model.task,
+                   extra_args=dict(model.extra_args), faults=fault)
+    return build_sim_argv(args, python=python)
 
 
 def plan_sim_instances(

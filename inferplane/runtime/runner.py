@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import uvicorn
 
-from inferplane.engines.sim.config import FaultConfig
 from inferplane.errors import InferplaneError
 from inferplane.gateway import Backend, GatewayApp, build_app
 from inferplane.gateway.fleet import gateway_config_from_fleet
@@ -67,6 +66,7 @@ from inferplane.runtime.vllm_fleet import (
     plan_vllm_instances,
     preflight_host,
 )
+from inferplane.sim.config import FaultConfig
 from inferplane.spec import FleetSpec
 from inferplane.tenancy.service import Tenancy
 

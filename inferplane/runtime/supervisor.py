@@ -1,11 +1,15 @@
 """Supervision of engine processes: readiness, liveness watchdog, restarts with backoff.
 
-Readiness (P24, P36): the port accepts, `GET /health` answers 200 and `GET /v1/models`
-lists the served name. Liveness (P25): `GET /health` every `probe_interval_s`; a failure
+Readiness (P24, P36): the port accepts, `GET /health` answers 200 and a first `GET
+/v1/models` succeeds and lists the served name (paths from the engine boundary,
+`Engine.endpoints`). Liveness (P25): `GET /health` every `probe_interval_s`; a failure
 or a hang (no answer within `probe_timeout_s`) marks the instance unhealthy at once (the
 gateway stops routing to it), `failure_threshold` consecutive failures restart it. A dead
 process is restarted. Restarts back off exponentially; more than `crash_loop_limit`
 restarts within `crash_loop_window_s` mark the instance `failed` and stop trying.
+An engine that exits on its own is a crash whatever its exit code: real vLLM answers
+`/health` 503 when its engine core dies and then exits with code 0, so a code 0 after a
+503 is reported as the engine's death (restarted and counted, never a clean stop).
 
 Supervision itself never dies: an exception anywhere in a health check, a start or a state
 callback is logged, counted (`supervisor_errors`) and retried with backoff, and a check the
@@ -41,6 +45,7 @@ from typing import Literal
 import aiohttp
 
 from inferplane.aio import cancel_and_wait
+from inferplane.engines import Endpoints, engine_for
 from inferplane.errors import InferplaneError
 from inferplane.runtime.instances import Instance
 from inferplane.runtime.process import EngineProcess, RotatingLog, spawn
@@ -128,18 +133,33 @@ PrepareStart = Callable[[Instance], Instance]  # may raise InferplaneError to re
 DrainInstance = Callable[[Supervised], Awaitable[None]]  # until its requests are done
 
 
+def _endpoints(inst: Instance) -> Endpoints:
+    return engine_for(inst.engine).endpoints
+
+
+def exit_reason(returncode: int | None, last_health: str | None) -> str:
+    """Why an engine that ended by itself must restart; `last_health` is the first failed
+    liveness answer since the last one that passed (None: the last probe passed)."""
+    if returncode == 0:
+        after = f" after {last_health}" if last_health else ""
+        return (f"exited with code 0{after} without being asked to stop: the engine died "
+                "(vLLM exits 0 once its engine core is gone); counted as a crash")
+    return f"exited with code {returncode}"
+
+
 async def probe_ready(
     session: aiohttp.ClientSession, inst: Instance, timeout_s: float
 ) -> str | None:
     """None when the instance is ready, else why not."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
+    paths = _endpoints(inst)
     try:
-        async with session.get(inst.url + "/health", timeout=timeout) as resp:
+        async with session.get(inst.url + paths.health, timeout=timeout) as resp:
             if resp.status != 200:
-                return f"/health answered {resp.status}"
-        async with session.get(inst.url + "/v1/models", timeout=timeout) as resp:
+                return f"{paths.health} answered {resp.status}"
+        async with session.get(inst.url + paths.models, timeout=timeout) as resp:
             if resp.status != 200:
-                return f"/v1/models answered {resp.status}"
+                return f"{paths.models} answered {resp.status}"
             data = await resp.json(content_type=None)
     except TimeoutError:
         return f"no answer within {timeout_s:g} s"
@@ -157,13 +177,14 @@ async def probe_live(
     session: aiohttp.ClientSession, inst: Instance, timeout_s: float
 ) -> str | None:
     """None when `/health` answers 200 in time, else why not (a hang is a timeout)."""
+    health = _endpoints(inst).health
     try:
         async with session.get(
-            inst.url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)
+            inst.url + health, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as resp:
-            return None if resp.status == 200 else f"/health answered {resp.status}"
+            return None if resp.status == 200 else f"{health} answered {resp.status}"
     except TimeoutError:
-        return f"/health did not answer within {timeout_s:g} s (hung)"
+        return f"{health} did not answer within {timeout_s:g} s (hung)"
     except (aiohttp.ClientError, OSError) as exc:
         if _local_exhaustion(exc):
             raise CannotCheck(f"{type(exc).__name__}: {exc}") from exc
@@ -460,7 +481,8 @@ class Supervisor:
         why = "not probed yet"
         while loop.time() < deadline:
             if proc.returncode is not None:
-                return f"exited with code {proc.returncode} while starting"
+                probed = why if why != "not probed yet" else None
+                return exit_reason(proc.returncode, probed or None) + " while starting"
             if self._kick[rec.instance.name].is_set():
                 return "restart requested"
             try:
@@ -483,6 +505,7 @@ class Supervisor:
         exited = asyncio.ensure_future(proc.proc.wait())
         kicked = asyncio.ensure_future(self._kick[rec.instance.name].wait())
         failures = 0
+        last_failed: str | None = None  # the first failed liveness answer since one passed
         interval = s.probe_interval_s  # grows while the supervisor cannot check
         try:
             while True:
@@ -491,7 +514,7 @@ class Supervisor:
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if exited in done:
-                    return f"exited with code {proc.returncode}"
+                    return exit_reason(proc.returncode, last_failed)
                 if kicked in done:
                     return "restart requested"
                 probe = asyncio.ensure_future(
@@ -500,7 +523,7 @@ class Supervisor:
                 await asyncio.wait([probe, exited], return_when=asyncio.FIRST_COMPLETED)
                 if not probe.done():
                     probe.cancel()
-                    return f"exited with code {proc.returncode}"
+                    return exit_reason(proc.returncode, last_failed)
                 try:
                     why = probe.result()
                 except Exception as exc:  # CannotCheck, or anything a probe can raise
@@ -509,6 +532,7 @@ class Supervisor:
                     continue
                 interval = s.probe_interval_s
                 self._checked(rec)
+                last_failed = None if why is None else last_failed or why
                 if why is None:
                     if failures or rec.state != "ready":
                         failures = 0

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from inferplane.engines import engine_for
 from inferplane.errors import InferplaneError
 from inferplane.gpus.discovery import (
     DiscoveredGpu,
@@ -214,11 +215,10 @@ def refuse_spanning_replicas(plan: Plan) -> None:
 def _instance(
     inst: PlanInstance, command: list[str], local: set[str], bandwidth: float, host: str
 ) -> Instance:
-    argv = list(inst.argv)
-    if argv and argv[0] == "vllm":
-        argv = [*command, *argv[1:]]
-    if "--host" not in argv:
-        argv += ["--host", host]
+    launch = engine_for("vllm").planned(inst.argv)
+    if launch.flag("host") is None:
+        launch = launch.with_host(host, add=True)
+    argv = launch.with_command(command).argv
     env = dict(inst.env)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in inst.gpu_indices)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"

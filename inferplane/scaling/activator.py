@@ -19,7 +19,11 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from inferplane.aio import cancel_and_wait
+from inferplane.engines import engine_for
 from inferplane.gateway.app import GatewayApp
+
+# The engines behind the gateway answer vLLM's paths (the simulator too).
+_HEALTH = engine_for("vllm").endpoints.health
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -56,7 +60,7 @@ class ZeroActivator:
             changed = False
             for b in pool.backends:
                 try:
-                    async with session.get(b.url + "/health", timeout=timeout) as resp:
+                    async with session.get(b.url + _HEALTH, timeout=timeout) as resp:
                         ok = resp.status == 200
                 except (aiohttp.ClientError, TimeoutError, OSError):
                     ok = False

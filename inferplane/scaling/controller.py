@@ -31,17 +31,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inferplane.aio import cancel_and_wait
+from inferplane.engines import engine_for, read_metrics
+from inferplane.engines import metrics as vocabulary
 from inferplane.errors import InferplaneError
 from inferplane.gateway.engine_metrics import parse_engine_load
 from inferplane.scaling.events import EventLog
 from inferplane.scaling.metrics import ModelState, ScalingMetrics
 from inferplane.scaling.policy import Decision, ModelAutoscaler, Observation
-from inferplane.scaling.sla import SlaTracker, histogram, replica_model_for
+from inferplane.scaling.sla import SlaTracker, replica_model_for
 
 if TYPE_CHECKING:
     from inferplane.runtime.runner import Runtime
 
 log = logging.getLogger("inferplane.scaling")
+# The engines the autoscaler reads all speak vLLM's metric names (the simulator too).
+_METRICS = engine_for("vllm").metrics
+_LATENCIES = (vocabulary.INTER_TOKEN_LATENCY, vocabulary.TIME_TO_FIRST_TOKEN)
 
 
 def _count(counter: Any, model: str, **labels: str) -> float:
@@ -261,8 +266,9 @@ class ScalingController:
             running = sum(load.running for load in loads if load is not None)
             ready = [n for n in names if rt.supervisor.records[n].state == "ready"]
             texts = [self._texts.get(rt.backend_of(n).url, "") for n in ready]
-            itl = [histogram(t, "vllm:inter_token_latency_seconds") for t in texts]
-            ttft = [histogram(t, "vllm:time_to_first_token_seconds") for t in texts]
+            readings = [read_metrics(t, _METRICS, _LATENCIES) for t in texts]
+            itl = [r.histogram(vocabulary.INTER_TOKEN_LATENCY) for r in readings]
+            ttft = [r.histogram(vocabulary.TIME_TO_FIRST_TOKEN) for r in readings]
             buckets: dict[float, float] = {}
             for b, _, _ in ttft:
                 for le, v in b.items():

@@ -1,7 +1,7 @@
 """SLA mode: replicas from latency targets, a performance model and the observed mix.
 
 The performance model of one replica is the simulator's step-time model for the model,
-GPU and TP (`inferplane.engines.sim.timing`, calibrated on vLLM measurements): a decode
+GPU and TP (`inferplane.sim.timing`, calibrated on vLLM measurements): a decode
 step of `b` sequences with their context costs `step_s(b)`, a prompt's prefill
 `prefill_s`. For a mix of `rate` requests/s with `prompt` and `output` tokens:
 
@@ -24,6 +24,8 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from inferplane.engines import read_metrics
 
 UTILIZATION = 0.8  # of the ITL-bound throughput, for queueing
 
@@ -78,9 +80,9 @@ def replica_model_for(model_dir: str | None, served: str, *, gpu: str, tp: int,
     readable model directory)."""
     from pathlib import Path
 
-    from inferplane.engines.sim.build import build_parts
-    from inferplane.engines.sim.config import SimEngineConfig
-    from inferplane.engines.sim.timing import StepShape
+    from inferplane.sim.build import build_parts
+    from inferplane.sim.config import SimEngineConfig
+    from inferplane.sim.timing import StepShape
 
     path = Path(model_dir) if model_dir else None
     parts = build_parts(SimEngineConfig(
@@ -100,30 +102,10 @@ def replica_model_for(model_dir: str | None, served: str, *, gpu: str, tp: int,
 
 
 def histogram(text: str, name: str) -> tuple[dict[float, float], float, float]:
-    """(cumulative count per bucket bound, sum, count) of a histogram in Prometheus text,
-    summed over label sets (data-parallel ranks, replicas)."""
-    buckets: dict[float, float] = {}
-    total = count = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name):
-            continue
-        head, _, value = line.rpartition(" ")
-        try:
-            v = float(value)
-        except ValueError:
-            continue
-        if head.startswith(name + "_bucket"):
-            at = head.find('le="')
-            if at < 0:
-                continue
-            bound = head[at + 4 : head.find('"', at + 4)]
-            le = math.inf if bound == "+Inf" else float(bound)
-            buckets[le] = buckets.get(le, 0.0) + v
-        elif head.startswith(name + "_sum"):
-            total += v
-        elif head.startswith(name + "_count"):
-            count += v
-    return buckets, total, count
+    """(cumulative count per bucket bound, sum, count) of the histogram the engine exports
+    as `name`, summed over label sets (data-parallel ranks, replicas); read with the engine
+    boundary's one reader."""
+    return read_metrics(text, {name: (name,)}, (name,)).histogram(name)
 
 
 def quantile(delta: dict[float, float], q: float) -> float | None:

@@ -22,22 +22,21 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from inferplane.engines import engine_for
+from inferplane.engines.vllm.launch import SLEEP_MODE_SINCE
 from inferplane.errors import InferplaneError
 from inferplane.runtime.instances import Instance
 from inferplane.spec import FleetSpec
 
 log = logging.getLogger("inferplane.scaling")
 
-SLEEP_MODE_SINCE = (0, 8, 0)  # /sleep, /wake_up, /is_sleeping in the OpenAI server
 _WARNED: set[str] = set()
 
 
 def sleep_supported(fleet: FleetSpec) -> bool:
     if fleet.engine.kind == "sim":
         return True
-    from inferplane.engines.vllm.versions import parse_version
-
-    ok = parse_version(fleet.engine.version) >= SLEEP_MODE_SINCE
+    ok = engine_for(fleet.engine.kind).supports_sleep(fleet.engine.version)
     if not ok and fleet.engine.version not in _WARNED:
         _WARNED.add(fleet.engine.version)
         log.warning(
@@ -54,10 +53,10 @@ def with_sleep_mode(fleet: FleetSpec, inst: Instance) -> Instance:
     bounds = fleet.scaling.models.get(inst.model)
     if inst.engine != "vllm" or bounds is None or bounds.sleep is None:
         return inst
-    if not sleep_supported(fleet) or "--enable-sleep-mode" in inst.argv:
+    if not sleep_supported(fleet):
         return inst
-    return replace(inst, argv=(*inst.argv, "--enable-sleep-mode"),
-                   env={**inst.env, "VLLM_SERVER_DEV_MODE": "1"})
+    launch = engine_for(inst.engine).planned(inst.argv, inst.env).with_sleep_mode()
+    return replace(inst, argv=launch.argv, env=dict(launch.env))
 
 
 def host_ram_ok(weights_bytes: int) -> bool:
@@ -82,14 +81,18 @@ async def _post(session: Any, url: str, json: Any = None) -> None:
                               field="scaling", value=url) from exc
 
 
+# Sleep mode's paths, from the engine boundary (the simulator answers vLLM's).
+_PATHS = engine_for("vllm").endpoints
+
+
 async def engine_sleep(session: Any, base_url: str, level: int) -> None:
-    await _post(session, f"{base_url}/sleep?level={level}")
+    await _post(session, f"{base_url}{_PATHS.sleep}?level={level}")
 
 
 async def engine_wake(session: Any, base_url: str, level: int) -> None:
     if level == 2:
-        await _post(session, f"{base_url}/wake_up?tags=weights")
-        await _post(session, f"{base_url}/collective_rpc", {"method": "reload_weights"})
-        await _post(session, f"{base_url}/wake_up?tags=kv_cache")
+        await _post(session, f"{base_url}{_PATHS.wake}?tags=weights")
+        await _post(session, f"{base_url}{_PATHS.rpc}", {"method": "reload_weights"})
+        await _post(session, f"{base_url}{_PATHS.wake}?tags=kv_cache")
     else:
-        await _post(session, f"{base_url}/wake_up")
+        await _post(session, f"{base_url}{_PATHS.wake}")

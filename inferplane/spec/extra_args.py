@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from inferplane.engines.options import ExtraArgValue, Scalar, extra_args_argv
 from inferplane.spec.problems import Issue
 
-Scalar = str | int | float | bool
-ExtraArgValue = Scalar | list[Scalar] | dict[str, Any]
+__all__ = [
+    "ASSIGNED_FLAGS", "OWNED_FLAGS", "ExtraArgValue", "Scalar", "check_extra_args",
+    "extra_args_argv", "normalise_flag",
+]
 
 # vLLM flag (without dashes) -> the fleet-file field that owns it.
 OWNED_FLAGS: dict[str, str] = {
@@ -118,29 +121,3 @@ def _value_problem(value: Any) -> str | None:
             return "mapping cannot be written as JSON"
         return None
     return f"flag value of type {type(value).__name__} is not supported"
-
-
-def extra_args_argv(args: dict[str, ExtraArgValue]) -> list[str]:
-    """The argv tail for `extra_args`: true -> `--flag`, false -> `--no-flag`, list -> `--flag a
-    b`, mapping -> `--flag '{json}'` (one argv item, so no shell or YAML quoting can break it, P05).
-    """
-    argv: list[str] = []
-    for flag, value in args.items():
-        if value is True:
-            argv.append(f"--{flag}")
-        elif value is False:
-            argv.append(f"--no-{flag}")
-        elif isinstance(value, list):
-            argv.append(f"--{flag}")
-            argv.extend(_scalar_text(item) for item in value)
-        elif isinstance(value, dict):
-            argv.extend([f"--{flag}", json.dumps(value, separators=(",", ":"))])
-        else:
-            argv.extend([f"--{flag}", _scalar_text(value)])
-    return argv
-
-
-def _scalar_text(value: Scalar) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

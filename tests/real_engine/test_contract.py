@@ -115,9 +115,9 @@ def test_simulator_matches_live_vllm(live: dict[str, Any],
 
 def test_both_log_the_kv_cache_line_alike(live: dict[str, Any],
                                           tiny_models: dict[str, Path]) -> None:
-    from inferplane.engines.sim.build import build_parts
-    from inferplane.engines.sim.fake_vllm import parse_serve_args
-    from inferplane.engines.sim.startup_log import startup_lines
+    from inferplane.sim.build import build_parts
+    from inferplane.sim.fake_vllm import parse_serve_args
+    from inferplane.sim.startup_log import startup_lines
 
     real = live["startup"][vc.CHAT]
     assert real is not None, "real vLLM logged no KV cache line"

@@ -20,6 +20,7 @@ from inferplane.deploy.k8s.context import K8sContext, Workload
 from inferplane.deploy.k8s.weights import HF_CACHE_HOST, HF_CACHE_MOUNT
 from inferplane.deploy.names import port_name
 from inferplane.deploy.options import supports_shutdown_timeout
+from inferplane.engines import engine_for
 from inferplane.planner.plan import PlanInstance
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -35,15 +36,11 @@ def shm_gib(tensor_parallel_size: int) -> int:
 
 def engine_argv(ctx: K8sContext, inst: PlanInstance) -> list[str]:
     """The plan's exact argv, listening on every interface and draining on SIGTERM (P27)."""
-    argv = list(inst.argv)
-    if "--host" in argv:
-        argv[argv.index("--host") + 1] = "0.0.0.0"
     engine = ctx.fleet.engine
-    if supports_shutdown_timeout(engine.kind, engine.version) and not any(
-        a == "--shutdown-timeout" or a.startswith("--shutdown-timeout=") for a in argv
-    ):
-        argv += ["--shutdown-timeout", str(ctx.options.drain_s)]
-    return argv
+    launch = engine_for(engine.kind).planned(inst.argv).with_host("0.0.0.0")
+    if supports_shutdown_timeout(engine.kind, engine.version):
+        launch = launch.with_drain_timeout(ctx.options.drain_s)
+    return list(launch.argv)
 
 
 def launcher_script(
@@ -109,6 +106,7 @@ def engine_container(
 ) -> dict[str, Any]:
     inst = workload.members[position]
     opts = ctx.options
+    paths = engine_for(ctx.fleet.engine.kind).endpoints
     gpu_slices = sharing.slices(ctx, workload)
     handoff = workload.colocated and gpu_slices is None
     role = "solo" if not handoff else "primary" if position == 0 else "secondary"
@@ -140,7 +138,8 @@ def engine_container(
         piece = gpu_slices[position]
         requests.update(piece.resources)
         limits.update(piece.resources)  # requests = limits
-        argv = sharing.with_utilization(argv, piece.gpu_memory_utilization)
+        argv = sharing.with_utilization(ctx.fleet.engine.kind, argv,
+                                        piece.gpu_memory_utilization)
     elif role in ("solo", "primary"):
         requests[GPU_RESOURCE] = str(inst.tensor_parallel_size)
         limits[GPU_RESOURCE] = str(inst.tensor_parallel_size)  # requests = limits
@@ -164,10 +163,10 @@ def engine_container(
         "resources": {"requests": requests, **({"limits": limits} if limits else {})},
         "volumeMounts": mounts,
         "startupProbe": _probe(
-            "/v1/models", pname, opts.probe_period_s, budget // opts.probe_period_s, 5
+            paths.models, pname, opts.probe_period_s, budget // opts.probe_period_s, 5
         ),
-        "readinessProbe": _probe("/v1/models", pname, opts.probe_period_s, 3, 5),
-        "livenessProbe": _probe("/health", pname, 30, 3, 10),
+        "readinessProbe": _probe(paths.models, pname, opts.probe_period_s, 3, 5),
+        "livenessProbe": _probe(paths.health, pname, 30, 3, 10),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(opts.prestop_sleep_s)]}}},
     }
     return container

@@ -14,11 +14,15 @@ from inferplane.deploy.k8s.context import K8sContext
 from inferplane.deploy.k8s.services import model_selector
 from inferplane.deploy.names import LABEL_COMPONENT, LABEL_PART_OF, PART_OF, port_name
 from inferplane.deploy.names import object_name as _object_name
+from inferplane.engines import engine_for
+from inferplane.engines import metrics as metric
 
-KV_USAGE = "vllm:kv_cache_usage_perc"
-WAITING = "vllm:num_requests_waiting"
-RUNNING = "vllm:num_requests_running"
-GEN_TOKENS = "vllm:generation_tokens_total"
+# The engines' current metric names, from the engine boundary's vocabulary (PromQL).
+_NAMES = engine_for("vllm").metrics
+KV_USAGE = _NAMES[metric.KV_CACHE_USAGE][0]
+WAITING = _NAMES[metric.REQUESTS_WAITING][0]
+RUNNING = _NAMES[metric.REQUESTS_RUNNING][0]
+GEN_TOKENS = _NAMES[metric.GENERATION_TOKENS][0] + "_total"
 WAITING_ALERT = 20
 KV_ALERT = 0.95
 RUNNING_ALERT_FRACTION = 0.8

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from inferplane.deploy.k8s.context import K8sContext, Workload
+from inferplane.engines import engine_for
 from inferplane.errors import InferplaneError
 from inferplane.planner.plan import PlanInstance
 
@@ -102,17 +103,9 @@ def slices(ctx: K8sContext, workload: Workload) -> list[Slice] | None:
     return out
 
 
-def with_utilization(argv: list[str], util: float) -> list[str]:
-    """The argv with `--gpu-memory-utilization` set to `util` (added when missing)."""
-    out = list(argv)
-    for i, arg in enumerate(out):
-        if arg == "--gpu-memory-utilization" and i + 1 < len(out):
-            out[i + 1] = f"{util}"
-            return out
-        if arg.startswith("--gpu-memory-utilization="):
-            out[i] = f"--gpu-memory-utilization={util}"
-            return out
-    return [*out, "--gpu-memory-utilization", f"{util}"]
+def with_utilization(kind: str, argv: list[str], util: float) -> list[str]:
+    """The engine's argv with its GPU memory utilization set to `util` (added when missing)."""
+    return list(engine_for(kind).planned(argv).with_gpu_memory_utilization(util).argv)
 
 
 __all__ = ["Slice", "sharing_mode", "slices", "with_utilization"]

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferplane.engines.options import ExtraArgValue, extra_args_argv
 from inferplane.engines.vllm.flags import flag_problem
 from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION, parse_version
 from inferplane.errors import InferplaneError
-from inferplane.spec.extra_args import ExtraArgValue, extra_args_argv
 
 COMPILATION_CONFIG_FLAG = "compilation-config"
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
+from inferplane.engines.base import LEADER_ADDRESS_TOKEN
 from inferplane.engines.vllm.argv import VllmArgs, build_vllm_argv, check_argv
 from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION, parse_version
 from inferplane.errors import InferplaneError
-from inferplane.planner.plan import LEADER_ADDRESS_TOKEN
 
 NATIVE_MULTINODE_SINCE = (0, 12, 0)  # first release with --nnodes/--node-rank/--master-addr
 DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port default

@@ -11,8 +11,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from inferplane.engines.sim.core import EngineCore
-from inferplane.engines.sim.scheduler import SimRequest
+from inferplane.sim.core import EngineCore
+from inferplane.sim.scheduler import SimRequest
 
 
 @dataclass(frozen=True)

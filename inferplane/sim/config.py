@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferplane.engines.sim.timing import DEFAULT_CALIBRATION, Calibration
+from inferplane.sim.timing import DEFAULT_CALIBRATION, Calibration
 
 DEFAULT_GPU = "H100-SXM-80GB"
 
@@ -37,7 +37,7 @@ class SimEngineConfig:
 
     The model's architecture comes from `model_dir` (config.json, tokenizer.json), else
     `model_config` (a config.json path), else the built-in default profile (Qwen3-0.6B
-    shape, see `inferplane.engines.sim.build.DEFAULT_PROFILE_CONFIG`).
+    shape, see `inferplane.sim.build.DEFAULT_PROFILE_CONFIG`).
     """
 
     model: str

@@ -15,8 +15,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
-from inferplane.engines.sim.blocks import BlockPool, block_hashes
-from inferplane.engines.sim.timing import StepShape
+from inferplane.sim.blocks import BlockPool, block_hashes
+from inferplane.sim.timing import StepShape
 
 
 class Status(Enum):

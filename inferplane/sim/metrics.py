@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from inferplane.engines.sim.scheduler import ScheduledStep, Scheduler, SimRequest, TokenEvent
+from inferplane.sim.scheduler import ScheduledStep, Scheduler, SimRequest, TokenEvent
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

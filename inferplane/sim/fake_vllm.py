@@ -1,6 +1,6 @@
 """A fake `vllm` executable: `vllm serve` command lines answered by the simulated engine.
 
-    python -m inferplane.engines.sim.fake_vllm serve MODEL --served-model-name N --port P \\
+    python -m inferplane.sim.fake_vllm serve MODEL --served-model-name N --port P \\
         --max-model-len L --tensor-parallel-size T --gpu-memory-utilization U [...]
 
 It accepts the command lines `inferplane plan` writes (and vLLM's other serve flags): the
@@ -12,7 +12,7 @@ flags the simulator models (served name, host, port, context length, TP, utiliza
 `inferplane up` at it with `--vllm-binary` or `INFERPLANE_VLLM_BINARY` to run an
 `engine: vllm` fleet without a GPU:
 
-    INFERPLANE_VLLM_BINARY="python -m inferplane.engines.sim.fake_vllm" inferplane up f.yaml
+    INFERPLANE_VLLM_BINARY="python -m inferplane.sim.fake_vllm" inferplane up f.yaml
 
 Like vLLM it needs `CUDA_VISIBLE_DEVICES` to name at least `--tensor-parallel-size`
 devices when the variable is set (P21), and it logs the devices it was given. Options only
@@ -31,9 +31,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferplane.engines.sim.config import DEFAULT_GPU, FaultConfig, SimEngineConfig
-from inferplane.engines.sim.host import start_engine
-from inferplane.engines.sim.startup_log import startup_lines
+from inferplane.sim.config import DEFAULT_GPU, FaultConfig, SimEngineConfig
+from inferplane.sim.host import start_engine
+from inferplane.sim.startup_log import startup_lines
 
 
 def _parser() -> argparse.ArgumentParser:

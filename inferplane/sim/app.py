@@ -20,22 +20,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from inferplane.engines.sim.engine import SimEngine
-from inferplane.engines.sim.fields import Fields, chat_fields, chat_validators, completion_fields
-from inferplane.engines.sim.generate import Generation, Prompt
-from inferplane.engines.sim.metrics import CONTENT_TYPE
-from inferplane.engines.sim.protocol import (
+from inferplane.sim.engine import SimEngine
+from inferplane.sim.fields import Fields, chat_fields, chat_validators, completion_fields
+from inferplane.sim.generate import Generation, Prompt
+from inferplane.sim.metrics import CONTENT_TYPE
+from inferplane.sim.protocol import (
     ApiError,
     SamplingRequest,
     parse_sampling,
     prompt_too_long,
     usage,
 )
-from inferplane.engines.sim.responses import ResponsesApi
-from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
-from inferplane.engines.sim.tokenize import detokenize, tokenize
-from inferplane.engines.sim.tokens import render_chat
-from inferplane.engines.sim.validation import validate_request, validation_error
+from inferplane.sim.responses import ResponsesApi
+from inferplane.sim.scheduler import SimRequest, TokenEvent
+from inferplane.sim.tokenize import detokenize, tokenize
+from inferplane.sim.tokens import render_chat
+from inferplane.sim.validation import validate_request, validation_error
 
 # vLLM's request log line (`--enable-log-requests`), so a request id is found in the
 # engine's log (`inferplane trace`); off unless a handler is attached (`inferplane sim`).

@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from inferplane.engines.sim.engine import SimEngine
-from inferplane.engines.sim.fields import Fields
-from inferplane.engines.sim.outputs import (
+from inferplane.sim.engine import SimEngine
+from inferplane.sim.fields import Fields
+from inferplane.sim.outputs import (
     Output,
     PromptToken,
     chat_logprobs,
@@ -29,7 +29,7 @@ from inferplane.engines.sim.outputs import (
     json_pieces,
     prompt_logprobs,
 )
-from inferplane.engines.sim.protocol import (
+from inferplane.sim.protocol import (
     SYSTEM_FINGERPRINT,
     ApiError,
     SamplingRequest,
@@ -45,7 +45,7 @@ from inferplane.engines.sim.protocol import (
     usage,
     usage_chunk,
 )
-from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
+from inferplane.sim.scheduler import SimRequest, TokenEvent
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.protocol import ApiError
-from inferplane.engines.sim.schema import SchemaUnsupported, instance_for
-from inferplane.engines.sim.validation import validator_error
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.protocol import ApiError
+from inferplane.sim.schema import SchemaUnsupported, instance_for
+from inferplane.sim.validation import validator_error
 
 AUTO_TOOL_CHOICE = (
     '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplane.engines.sim.build import EngineParts
-from inferplane.engines.sim.protocol import ApiError
-from inferplane.engines.sim.tokens import render_chat
+from inferplane.sim.build import EngineParts
+from inferplane.sim.protocol import ApiError
+from inferplane.sim.tokens import render_chat
 
 
 def tokenize(parts: EngineParts, body: dict[str, Any], max_model_len: int) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferplane.engines.sim.metrics import EngineMetrics
-from inferplane.engines.sim.scheduler import ScheduledStep, Scheduler, SimRequest, TokenEvent
-from inferplane.engines.sim.timing import StepTimeModel
+from inferplane.sim.metrics import EngineMetrics
+from inferplane.sim.scheduler import ScheduledStep, Scheduler, SimRequest, TokenEvent
+from inferplane.sim.timing import StepTimeModel
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A vLLM-compatible engine simulator: same HTTP API and metrics, roofline timing."""
 
-from inferplane.engines.sim.config import FaultConfig, SimEngineConfig
-from inferplane.engines.sim.host import (
+from inferplane.sim.config import FaultConfig, SimEngineConfig
+from inferplane.sim.host import (
     EngineHandle,
     EngineHost,
     start_engine,

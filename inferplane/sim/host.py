@@ -20,10 +20,10 @@ from types import TracebackType
 
 import uvicorn
 
-from inferplane.engines.sim.app import EngineApp
-from inferplane.engines.sim.build import build_parts
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.engine import SimEngine
+from inferplane.sim.app import EngineApp
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.engine import SimEngine
 
 
 class _QuietServer(uvicorn.Server):

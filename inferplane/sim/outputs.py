@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from inferplane.engines.sim.tokens import FILLER_WORDS, filler_piece
+from inferplane.sim.tokens import FILLER_WORDS, filler_piece
 
 _JSON_PIECE = re.compile(r"\s*(?:\w+|[^\w\s])")
 # Alternatives offered in top_logprobs (the generated token is skipped when it is one).

@@ -6,15 +6,15 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from inferplane.engines.sim.config import SimEngineConfig
-from inferplane.engines.sim.timing import StepTimeModel, model_cost
-from inferplane.engines.sim.tokens import Tokenizer, load_tokenizer
 from inferplane.errors import InferplaneError
 from inferplane.estimator.memory import estimate_memory
 from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.gpus import GIB, GpuSpec, lookup_gpu
 from inferplane.models import ModelProfile, load_profile, profile_from_config
 from inferplane.models.profile import Task
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.timing import StepTimeModel, model_cost
+from inferplane.sim.tokens import Tokenizer, load_tokenizer
 
 # Built-in profile when neither a model directory nor a config is given: the shape of
 # Qwen/Qwen3-0.6B (config.json of the Hugging Face checkpoint), small enough that many

@@ -14,12 +14,12 @@ import time
 import uuid
 
 from inferplane.aio import cancel_and_wait
-from inferplane.engines.sim.build import EngineParts
-from inferplane.engines.sim.core import EngineCore, KvCapacity
-from inferplane.engines.sim.metrics import EngineMetrics
-from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
-from inferplane.engines.sim.sleep import SleepState
 from inferplane.gpus import GIB
+from inferplane.sim.build import EngineParts
+from inferplane.sim.core import EngineCore, KvCapacity
+from inferplane.sim.metrics import EngineMetrics
+from inferplane.sim.scheduler import SimRequest, TokenEvent
+from inferplane.sim.sleep import SleepState
 
 
 class SimEngine:

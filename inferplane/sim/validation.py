@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from inferplane.engines.sim.protocol import ApiError
+from inferplane.sim.protocol import ApiError
 
 
 class _Model(BaseModel):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from inferplane.engines.sim.build import EngineParts
+from inferplane.sim.build import EngineParts
 
 
 def _line(pid: int, where: str, message: str, now: float) -> str:

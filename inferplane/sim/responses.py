@@ -31,12 +31,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from inferplane.engines.sim.protocol import ApiError
-from inferplane.engines.sim.scheduler import SimRequest, TokenEvent
-from inferplane.engines.sim.tokens import apply_stop, chat_prompt_ids, visible_text
+from inferplane.sim.protocol import ApiError
+from inferplane.sim.scheduler import SimRequest, TokenEvent
+from inferplane.sim.tokens import apply_stop, chat_prompt_ids, visible_text
 
 if TYPE_CHECKING:
-    from inferplane.engines.sim.app import EngineApp
+    from inferplane.sim.app import EngineApp
 
 STORE_ENV = "VLLM_ENABLE_RESPONSES_API_STORE"
 STORE_LIMIT = 10_000
