@@ -16,16 +16,29 @@ from inferplane.sim.host import EngineHandle, EngineHost
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[EngineHandle]:
-    config = SimEngineConfig(model="sim", max_model_len=2048, eos_after_tokens=8)
-    with EngineHost([config]) as handles:
-        yield handles[0]
+def engines() -> Iterator[list[EngineHandle]]:
+    # vLLM registers /v1/embeddings only for pooling models (404 elsewhere): one of each
+    configs = [SimEngineConfig(model="sim", max_model_len=2048, eos_after_tokens=8),
+               SimEngineConfig(model="sim", max_model_len=2048, runner="pooling")]
+    with EngineHost(configs) as handles:
+        yield handles
+
+
+class _ByTask:
+    """Posts a generate path to the generate engine, /v1/embeddings to the pooling one."""
+
+    def __init__(self, generate: httpx.Client, pooling: httpx.Client) -> None:
+        self.generate, self.pooling = generate, pooling
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return (self.pooling if path == "/v1/embeddings" else self.generate).post(path, **kwargs)
 
 
 @pytest.fixture(scope="module")
-def client(engine: EngineHandle) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=engine.url, timeout=10) as c:
-        yield c
+def client(engines: list[EngineHandle]) -> Iterator[_ByTask]:
+    with httpx.Client(base_url=engines[0].url, timeout=10) as generate, \
+            httpx.Client(base_url=engines[1].url, timeout=10) as pooling:
+        yield _ByTask(generate, pooling)
 
 
 CHAT = "/v1/chat/completions"
@@ -57,7 +70,7 @@ MALFORMED: list[tuple[str, dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("path", "body"), MALFORMED)
 def test_malformed_fields_get_vllms_validation_400(
-    client: httpx.Client, path: str, body: dict[str, Any]
+    client: _ByTask, path: str, body: dict[str, Any]
 ) -> None:
     r = client.post(path, json=body)
     assert r.status_code == 400, r.text
@@ -92,7 +105,7 @@ FIELDS = ["messages", "stream", "stream_options", "max_tokens", "n", "stop", "te
     fields=st.dictionaries(st.sampled_from(FIELDS), JSON, max_size=4),
 )
 def test_fuzzed_bodies_never_get_a_5xx(
-    client: httpx.Client, path: str, fields: dict[str, Any]
+    client: _ByTask, path: str, fields: dict[str, Any]
 ) -> None:
     body = {"model": "sim", "max_tokens": 2, **fields}
     r = client.post(path, json=body)

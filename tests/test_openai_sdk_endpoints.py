@@ -101,7 +101,7 @@ def test_responses_create_plain(client: openai.OpenAI) -> None:
     reply = client.responses.create(model="chat", input="hello there", max_output_tokens=5)
     assert reply.id.startswith("resp_")
     assert reply.object == "response" and reply.model == "sim-chat"
-    assert reply.output_text == " sim filler token lorem ipsum"
+    assert reply.output_text == "sim filler token lorem ipsum"
     assert reply.status == "incomplete"  # stopped by max_output_tokens, as vLLM reports it
     assert reply.incomplete_details is not None
     assert reply.incomplete_details.reason == "max_output_tokens"
@@ -191,15 +191,15 @@ def test_embeddings_completions_chat(client: openai.OpenAI) -> None:
     assert len(emb.data) == 2 and len(emb.data[0].embedding) > 0
     assert emb.usage.prompt_tokens > 0
     done = client.completions.create(model="chat", prompt="Once", max_tokens=4)
-    assert done.choices[0].text == " sim filler token lorem"
+    assert done.choices[0].text == "sim filler token lorem"
     chat = client.chat.completions.create(
         model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=3
     )
-    assert chat.choices[0].message.content == " sim filler token"
-    with pytest.raises(openai.BadRequestError) as caught:
+    assert chat.choices[0].message.content == "sim filler token"
+    # vLLM registers the chat route only for generate models: FastAPI's 404 elsewhere
+    with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(model="embed", messages=[{"role": "user", "content": "x"}])
-    assert isinstance(caught.value.body, dict)
-    assert caught.value.body["message"] == "The model does not support Chat Completions API"
+    assert caught.value.status_code == 404
 
 
 def test_responses_need_the_store_to_be_retrieved(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ def client(harness: Harness, tmp_path_factory: pytest.TempPathFactory  # noqa: F
            ) -> Iterator[openai.OpenAI]:
     base = tmp_path_factory.mktemp("sdk-models")
     configs = [
-        SimEngineConfig(model="chat", max_model_len=2048, eos_after_tokens=6),
+        SimEngineConfig(model="chat", max_model_len=2048, eos_after_tokens=6,
+                        tool_call_parser="hermes"),
         SimEngineConfig(model="emb", model_dir=embed_model_dir(base / "plain")),
         SimEngineConfig(model="mrl", model_dir=embed_model_dir(base / "mrl", is_matryoshka=True)),
     ]
@@ -80,7 +81,7 @@ def test_completion_logprobs(client: openai.OpenAI) -> None:
     assert "".join(logprobs.tokens) == reply.choices[0].text
     assert logprobs.token_logprobs is not None and all(v <= 0 for v in logprobs.token_logprobs)
     assert logprobs.top_logprobs is not None and [len(t) for t in logprobs.top_logprobs] == [2] * 3
-    assert logprobs.text_offset == [0, 4, 11]
+    assert logprobs.text_offset == [0, 3, 10]  # "sim", " filler", " token"
     message = _bad_request(lambda: client.completions.create(model="chat", prompt="x",
                                                               logprobs=30))
     assert message.startswith("Requested sample logprobs of 30, which is greater than max")
@@ -124,7 +125,7 @@ def test_tools(client: openai.OpenAI) -> None:
 
 def test_echo_n_and_prompt_lists(client: openai.OpenAI) -> None:
     echoed = client.completions.create(model="chat", prompt="Once", echo=True, max_tokens=2)
-    assert echoed.choices[0].text == "Once sim filler"
+    assert echoed.choices[0].text == "Oncesim filler"
     several = client.chat.completions.create(model="chat", messages=MESSAGES, n=3, max_tokens=2)
     assert [c.index for c in several.choices] == [0, 1, 2]
     assert several.usage is not None and several.usage.completion_tokens == 6
@@ -147,5 +148,5 @@ def test_embedding_dimensions(client: openai.OpenAI) -> None:
     assert [len(d.embedding) for d in short.data] == [64, 64]
     message = _bad_request(lambda: client.embeddings.create(model="emb", input="a",
                                                             dimensions=64))
-    assert message == ('Model "emb" does not support matryoshka representation, changing '
-                       "output dimensions will lead to poor results.")
+    assert message == ("Model 'emb' does not support Matryoshka embeddings; dimensions must "
+                       "be unset (received dimensions=64).")

@@ -247,7 +247,8 @@ def test_fake_vllm_reads_serve_flags_and_checks_visible_devices() -> None:
     assert config.tensor_parallel_size == 2 and config.gpu_memory_utilization == 0.5
     assert config.model_dir == MODELS / "Qwen--Qwen3-8B" and not config.enable_prefix_caching
     assert config.host == "127.0.0.1"
-    assert ignored == ["--kv-cache-memory-bytes", "123"] and config.runner == "pooling"
+    # --kv-cache-memory-bytes sizes the simulated pool as vLLM's (the contract's 64M engines)
+    assert ignored == [] and config.kv_cache_memory_bytes == 123 and config.runner == "pooling"
     assert "exposes 1 GPU" in (visible_devices_error(2, "0") or "")
     assert visible_devices_error(2, "0,1") is None and visible_devices_error(1, None) is None
 

@@ -47,7 +47,7 @@ def test_chat_non_streaming(client: openai.OpenAI) -> None:
     )
     assert reply.usage is not None and reply.usage.completion_tokens == 7
     assert reply.choices[0].finish_reason == "length"
-    assert reply.choices[0].message.content == " sim filler token lorem ipsum dolor sit"
+    assert reply.choices[0].message.content == "sim filler token lorem ipsum dolor sit"
 
 
 def test_chat_streaming_with_usage(client: openai.OpenAI) -> None:
@@ -57,7 +57,7 @@ def test_chat_streaming_with_usage(client: openai.OpenAI) -> None:
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == " sim filler token lorem ipsum"
+    assert text == "sim filler token lorem ipsum"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
@@ -66,7 +66,7 @@ def test_completions_stop_and_eos(client: openai.OpenAI) -> None:
     stopped = client.completions.create(
         model="sim-chat", prompt="x", max_tokens=50, stop=[" lorem"]
     )
-    assert stopped.choices[0].text == " sim filler token"
+    assert stopped.choices[0].text == "sim filler token"
     assert stopped.choices[0].finish_reason == "stop"
     natural = client.completions.create(model="sim-chat", prompt="x", max_tokens=100)
     assert natural.usage is not None and natural.usage.completion_tokens == 40
@@ -83,7 +83,7 @@ async def test_async_client_streaming_completion(engine: EngineHandle) -> None:
         model="sim-chat", prompt="abc", max_tokens=4, stream=True
     )
     pieces = [chunk.choices[0].text async for chunk in stream]
-    assert "".join(pieces) == " sim filler token lorem"
+    assert "".join(pieces) == "sim filler token lorem"
     await aclient.close()
 
 

@@ -39,8 +39,10 @@ def _configs(monkeypatch: pytest.MonkeyPatch, *args: str) -> list[SimEngineConfi
 def test_logprob_and_tool_choice_flags_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     default: Any = _configs(monkeypatch)[0]
     assert default.max_logprobs == 20 and default.enable_auto_tool_choice is False
-    config: Any = _configs(monkeypatch, "--max-logprobs", "5", "--enable-auto-tool-choice")[0]
+    config: Any = _configs(monkeypatch, "--max-logprobs", "5", "--enable-auto-tool-choice",
+                           "--tool-call-parser", "hermes")[0]
     assert config.max_logprobs == 5 and config.enable_auto_tool_choice is True
+    assert config.tool_call_parser == "hermes"
 
 
 def test_runner_flag_reaches_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,3 +81,42 @@ def test_fake_vllm_reads_runner_and_the_old_task_flag() -> None:
     old, _ = parse_serve_args(["serve", "m", "--task", "embed"])
     plain, _ = parse_serve_args(["serve", "m"])
     assert (new.runner, old.runner, plain.runner) == ("pooling", "pooling", "auto")
+
+
+def test_the_engine_log_has_vllms_memory_lines(tmp_path: Any) -> None:
+    """The first lines users grep a vLLM log for (issue 28): the KV cache size and the
+    concurrency, in vLLM's format, before the engine says it listens."""
+    import re
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "inferplane", "sim", "--model", "m", "--port", "0",
+         "--max-model-len", "4096", "--gpu", "L4"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if "listening on" in line:
+                break
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    log = "".join(lines)
+    match = re.search(r"\[kv_cache_utils\.py:\d+\] GPU KV cache size: ([\d,]+) tokens, Maximum "
+                      r"concurrency for 4,096 tokens per request: ([\d.]+)x", log)
+    assert match is not None, log
+    tokens = int(match.group(1).replace(",", ""))
+    assert float(match.group(2)) == pytest.approx(tokens / 4096, abs=0.01)
+    assert "Using max model len 4096" in log and "Available KV cache memory:" in log
+
+
+def test_kv_cache_memory_bytes_reads_vllms_human_readable_sizes() -> None:
+    from inferplane.sim.fake_vllm import human_readable_int
+
+    assert human_readable_int("64M") == 64 * 2**20 and human_readable_int("1G") == 2**30
+    assert human_readable_int("1g") == 10**9 and human_readable_int("1048576") == 2**20
+    config, ignored = parse_serve_args(["serve", "m", "--kv-cache-memory-bytes", "64M"])
+    assert config.kv_cache_memory_bytes == 64 * 2**20 and ignored == []

@@ -17,6 +17,8 @@ import pytest
 from model_factory import embed_model_dir
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferplane.errors import InferplaneError
+from inferplane.sim.build import build_parts
 from inferplane.sim.config import SimEngineConfig
 from inferplane.sim.fake_vllm import parse_serve_args
 from inferplane.sim.host import EngineHandle, EngineHost
@@ -63,9 +65,10 @@ TOOLS: list[Any] = [
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EngineHandle]]:
     base = tmp_path_factory.mktemp("models")
     configs = [
-        SimEngineConfig(model="m", max_model_len=2048, eos_after_tokens=6),
         SimEngineConfig(model="m", max_model_len=2048, eos_after_tokens=6,
-                        enable_auto_tool_choice=True, max_logprobs=5),
+                        tool_call_parser="hermes"),
+        SimEngineConfig(model="m", max_model_len=2048, eos_after_tokens=6,
+                        enable_auto_tool_choice=True, tool_call_parser="hermes", max_logprobs=5),
         SimEngineConfig(model="emb", model_dir=embed_model_dir(base / "plain")),
         SimEngineConfig(model="mrl", model_dir=embed_model_dir(
             base / "mrl", matryoshka_dimensions=[256, 512, 1024])),
@@ -178,7 +181,7 @@ def test_logprobs_limits_are_vllms(engines: list[EngineHandle], http: httpx.Clie
         "Requested sample logprobs of 6, which is greater than max allowed: 5")
     missing = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES,
                                            "top_logprobs": 2}))
-    assert missing["type"] == "Bad Request" and missing["param"] == "top_logprobs"
+    assert missing["type"] == "BadRequestError" and missing["param"] == "top_logprobs"
     assert "when using `top_logprobs`, `logprobs` must be set to true." in missing["message"]
     negative = _error(http.post(COMPLETIONS, json={"model": "m", "prompt": "x",
                                                    "logprobs": -3}))
@@ -278,7 +281,7 @@ def test_streamed_tool_call_assembles(http: httpx.Client) -> None:
     first = deltas[0]
     call = {"id": first["id"], "type": first["type"], "function": {
         "name": first["function"]["name"],
-        "arguments": "".join(d["function"]["arguments"] for d in deltas)}}
+        "arguments": "".join(d["function"].get("arguments", "") for d in deltas)}}
     _weather_arguments(call)
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
 
@@ -295,11 +298,27 @@ def test_auto_tool_choice_needs_the_flag(engines: list[EngineHandle], http: http
     assert enabled.json()["choices"][0]["message"]["content"]
 
 
+def test_forced_tool_calls_need_a_tool_call_parser() -> None:
+    """vLLM refuses tool_choice "required" or a named function without --tool-call-parser,
+    and does not start with --enable-auto-tool-choice alone (issue 28: the parser given in
+    extra_args must reach the simulator)."""
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    with EngineHost([SimEngineConfig(model="m", eos_after_tokens=2)]) as handles:
+        url = handles[0].url + CHAT
+        for choice, words in (("required", 'tool_choice="required"'),
+                              (named, 'tool_choice=function "get_weather"')):
+            error = _error(httpx.post(url, json={"model": "m", "messages": MESSAGES,
+                                                 "tools": TOOLS, "tool_choice": choice}))
+            assert error["message"] == f"{words} requires --tool-call-parser to be set"
+    with pytest.raises(InferplaneError, match="--enable-auto-tool-choice requires"):
+        build_parts(SimEngineConfig(model="m", enable_auto_tool_choice=True))
+
+
 def test_tool_choice_validation_is_vllms(http: httpx.Client) -> None:
     unknown = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES, "tools": TOOLS,
                                            "tool_choice": {"type": "function",
                                                            "function": {"name": "nope"}}}))
-    assert unknown["param"] == "tool_choice" and unknown["type"] == "Bad Request"
+    assert unknown["param"] == "tool_choice" and unknown["type"] == "BadRequestError"
     assert "The tool specified in `tool_choice` does not match any of the specified `tools`" in (
         unknown["message"])
     no_tools = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES,
@@ -310,7 +329,7 @@ def test_tool_choice_validation_is_vllms(http: httpx.Client) -> None:
 def test_tool_choice_none_answers_text(http: httpx.Client) -> None:
     reply = http.post(CHAT, json={"model": "m", "messages": MESSAGES, "tools": TOOLS,
                                   "tool_choice": "none", "max_tokens": 2}).json()
-    assert reply["choices"][0]["message"]["content"] == " sim filler"
+    assert reply["choices"][0]["message"]["content"] == "sim filler"
 
 
 # -- echo, n, prompt lists ---------------------------------------------------------------
@@ -319,17 +338,17 @@ def test_tool_choice_none_answers_text(http: httpx.Client) -> None:
 def test_echo_prepends_the_prompt(http: httpx.Client) -> None:
     reply = http.post(COMPLETIONS, json={"model": "m", "prompt": "Once upon", "echo": True,
                                          "max_tokens": 2}).json()
-    assert reply["choices"][0]["text"] == "Once upon sim filler"
+    assert reply["choices"][0]["text"] == "Once uponsim filler"
     scored = http.post(COMPLETIONS, json={"model": "m", "prompt": "Once upon", "echo": True,
                                           "max_tokens": 2, "logprobs": 1}).json()
     logprobs = scored["choices"][0]["logprobs"]
-    assert "".join(logprobs["tokens"]) == "Once upon sim filler"
+    assert "".join(logprobs["tokens"]) == "Once uponsim filler"
     assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"][0] is None
     assert all(v <= 0 for v in logprobs["token_logprobs"][1:])
     events = _events(http.post(COMPLETIONS, json={"model": "m", "prompt": "Once upon",
                                                   "echo": True, "max_tokens": 2,
                                                   "stream": True}))
-    assert "".join(e["choices"][0]["text"] for e in events) == "Once upon sim filler"
+    assert "".join(e["choices"][0]["text"] for e in events) == "Once uponsim filler"
 
 
 def test_echo_of_token_ids_needs_a_tokenizer(http: httpx.Client) -> None:
@@ -383,8 +402,8 @@ def test_embeddings_dimensions_need_a_matryoshka_model(engines: list[EngineHandl
         pytest.skip("the model loader does not mark this directory as an embedding model")
     error = _error(httpx.post(plain.url + "/v1/embeddings", json={
         "model": "emb", "input": "hi", "dimensions": 256}))
-    assert error["message"] == ('Model "emb" does not support matryoshka representation, '
-                                "changing output dimensions will lead to poor results.")
+    assert error["message"] == ("Model 'emb' does not support Matryoshka embeddings; "
+                                "dimensions must be unset (received dimensions=256).")
     assert error["type"] == "BadRequestError"
     reply = httpx.post(mrl.url + "/v1/embeddings", json={
         "model": "mrl", "input": ["hi", "there"], "dimensions": 256}).json()
@@ -452,12 +471,13 @@ def test_vllm_structured_outputs_and_suffix(http: httpx.Client) -> None:
                                         "structured_outputs": {"json": SCHEMA,
                                                                "choice": ["a"]}}))
     assert "You can only use one kind of constraints" in both["message"]
-    assert both["type"] == "Bad Request"
+    assert both["type"] == "BadRequestError"
     regex = _error(http.post(CHAT, json={"model": "m", "messages": MESSAGES,
                                          "structured_outputs": {"regex": "a+"}}))
     assert regex["param"] == "structured_outputs" and "not simulated" in regex["message"]
     suffix = _error(http.post(COMPLETIONS, json={"model": "m", "prompt": "x", "suffix": "y"}))
-    assert suffix["message"] == "suffix is not currently supported"
+    assert suffix["message"] == ("suffix is only supported for models with FIM completion "
+                                 "rendering")
 
 
 def test_fake_vllm_reads_the_logprob_and_tool_flags() -> None:

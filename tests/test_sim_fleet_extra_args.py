@@ -25,8 +25,10 @@ def test_tool_choice_and_logprobs_flags_reach_the_simulated_engine(tmp_path: Pat
     tail = argv[argv.index("--gpu") + 2:]
     assert "--enable-auto-tool-choice" in tail
     assert tail[tail.index("--max-logprobs") + 1] == "5"
+    # the parser reaches it too (vLLM refuses forced tool calls without one)
+    assert tail[tail.index("--tool-call-parser") + 1] == "hermes"
     # flags the simulator does not model are not passed (it would refuse them)
-    assert not any("prefix-caching" in a or "tool-call-parser" in a for a in tail)
+    assert not any("prefix-caching" in a for a in tail)
     off = sim_argv(_model(tmp_path, "{enable-auto-tool-choice: false}"), port=1, gpu="L40S")
     assert "--no-enable-auto-tool-choice" in off
 
@@ -38,4 +40,5 @@ def test_the_simulators_cli_takes_the_flags_sim_argv_passes() -> None:
     app.command()(sim)
     command = typer.main.get_command(app)
     flags = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
-    assert {"--max-logprobs", "--enable-auto-tool-choice", "--no-enable-auto-tool-choice"} <= flags
+    assert {"--max-logprobs", "--enable-auto-tool-choice", "--no-enable-auto-tool-choice",
+            "--tool-call-parser"} <= flags

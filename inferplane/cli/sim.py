@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,10 +73,13 @@ def load_fleet(path: Path) -> list[SimEngineConfig]:
 async def _serve(configs: list[SimEngineConfig], exit_on_crash: bool) -> int:
     from inferplane.sim.app import log_requests
     from inferplane.sim.host import start_engines, stop_engines
+    from inferplane.sim.startup_log import startup_lines
 
     log_requests()  # each request's id in the engine's log, as vLLM logs it
     handles = await start_engines(configs)
     for handle in handles:
+        for line in startup_lines(handle.engine.parts, os.getpid()):  # as vLLM logs them
+            typer.echo(line)
         typer.echo(f"simulated engine {handle.config.model} listening on {handle.url}")
     crashed = [asyncio.ensure_future(h.crashed.wait()) for h in handles]
     try:
@@ -118,6 +122,9 @@ def sim(
     enable_auto_tool_choice: bool = typer.Option(
         False, help="Answer tool_choice 'auto' with text (vLLM's --enable-auto-tool-choice)."
     ),
+    tool_call_parser: str | None = typer.Option(
+        None, help="vLLM's --tool-call-parser (forced tool calls need one; e.g. hermes)."
+    ),
     runner: str = typer.Option(
         "auto", help="auto (task from the checkpoint), generate or pooling (vLLM's --runner)."
     ),
@@ -136,7 +143,7 @@ def sim(
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory_bytes=kv_cache_memory_bytes, host=host, port=port,
             max_logprobs=max_logprobs, enable_auto_tool_choice=enable_auto_tool_choice,
-            runner=runner,
+            tool_call_parser=tool_call_parser, runner=runner,
             faults=FaultConfig(
                 load_time_s=load_time_s, fail_rate=fail_rate,
                 crash_after_requests=crash_after_requests,

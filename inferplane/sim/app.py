@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import math
 import struct
@@ -14,6 +15,7 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -22,11 +24,18 @@ from inferplane.sim.engine import SimEngine
 from inferplane.sim.fields import Fields, chat_fields, chat_validators, completion_fields
 from inferplane.sim.generate import Generation, Prompt
 from inferplane.sim.metrics import CONTENT_TYPE
-from inferplane.sim.protocol import ApiError, SamplingRequest, parse_sampling, usage
+from inferplane.sim.protocol import (
+    ApiError,
+    SamplingRequest,
+    parse_sampling,
+    prompt_too_long,
+    usage,
+)
 from inferplane.sim.responses import ResponsesApi
 from inferplane.sim.scheduler import SimRequest, TokenEvent
+from inferplane.sim.tokenize import detokenize, tokenize
 from inferplane.sim.tokens import render_chat
-from inferplane.sim.validation import validate_request
+from inferplane.sim.validation import validate_request, validation_error
 
 # vLLM's request log line (`--enable-log-requests`), so a request id is found in the
 # engine's log (`inferplane trace`); off unless a handler is attached (`inferplane sim`).
@@ -70,9 +79,14 @@ class EngineApp:
                 Route("/wake_up", self.wake_up, methods=["POST"]),
                 Route("/is_sleeping", self.is_sleeping, methods=["GET"]),
                 Route("/collective_rpc", self.collective_rpc, methods=["POST"]),
+                Route("/tokenize", self.tokenize, methods=["POST"]),
+                Route("/detokenize", self.detokenize, methods=["POST"]),
                 *self.responses.routes(),
             ],
-            exception_handlers={ApiError: self._api_error},  # type: ignore[dict-item]
+            exception_handlers={
+                ApiError: self._api_error,  # type: ignore[dict-item]
+                HTTPException: self._http_error,  # type: ignore[dict-item]
+            },
         )
 
     # -- faults ----------------------------------------------------------------------
@@ -110,6 +124,17 @@ class EngineApp:
     async def _api_error(self, request: Request, exc: ApiError) -> Response:
         return _OrjsonResponse(exc.body(), status_code=exc.status)
 
+    async def _http_error(self, request: Request, exc: HTTPException) -> Response:
+        # FastAPI's shape, as vLLM answers a route it has not registered (a generate model's
+        # /v1/embeddings, a pooling model's /v1/chat/completions, any unknown path).
+        return _OrjsonResponse({"detail": exc.detail}, status_code=exc.status_code,
+                               headers=exc.headers)
+
+    def _require_task(self, task: str) -> None:
+        """vLLM registers each API's routes only for models of its task: elsewhere 404."""
+        if (self.engine.parts.profile.default_task == "embed") != (task == "embed"):
+            raise HTTPException(404, "Not Found")
+
     # -- simple endpoints ------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
@@ -127,7 +152,14 @@ class EngineApp:
             "root": engine.parts.profile.name,
             "parent": None,
             "max_model_len": engine.max_model_len,
-            "permission": [],
+            # vLLM's ModelPermission card (OpenAI's legacy shape), one per model
+            "permission": [{
+                "id": f"modelperm-{engine.parts.profile.name.encode().hex()[:32]}",
+                "object": "model_permission", "created": engine.created,
+                "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                "organization": "*", "group": None, "is_blocking": False,
+            }],
             # Not vLLM's: how usage counts were formed ("tokenizer": the model's
             # tokenizer.json; "approximate": ceil(len/4) per word, see docs/simulator.md).
             "inferplane": {
@@ -187,14 +219,37 @@ class EngineApp:
         await self._gate()
         return _OrjsonResponse({"is_sleeping": self.engine.sleeping})
 
+    async def tokenize(self, request: Request) -> Response:
+        await self._gate()
+        body = await self._json_object(request)
+        self._check_model(body.get("model"))
+        return _OrjsonResponse(tokenize(self.engine.parts, body, self.engine.max_model_len))
+
+    async def detokenize(self, request: Request) -> Response:
+        await self._gate()
+        body = await self._json_object(request)
+        self._check_model(body.get("model"))
+        return _OrjsonResponse(detokenize(self.engine.parts, body))
+
     # -- generation ------------------------------------------------------------------
 
     async def _json_object(self, request: Request) -> dict[str, Any]:
         """The request body as a JSON object, or the 400 vLLM answers when it is not one."""
+        raw = await request.body()
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(400, f"Invalid JSON body: {exc}") from exc
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            # FastAPI's json_invalid validation error (position and message of json.loads)
+            try:
+                json.loads(raw)
+                pos, why = 0, "JSON decode error"
+            except json.JSONDecodeError as exc:
+                pos, why = exc.pos, exc.msg
+            except UnicodeDecodeError as exc:
+                pos, why = exc.start, str(exc)
+            raise validation_error([{"type": "json_invalid", "loc": ("body", pos),
+                                     "msg": "JSON decode error", "input": {},
+                                     "ctx": {"error": why}}]) from None
         if not isinstance(body, dict):
             raise ApiError(400, "The request body must be a JSON object.")
         return body
@@ -204,9 +259,13 @@ class EngineApp:
         validate_request(body, kind)  # field types as vLLM's protocol models check them
         return body
 
-    def _check_model(self, model: str) -> None:
-        if model != self.engine.model_name:
-            raise ApiError(404, f"The model `{model}` does not exist.", "model")
+    def _check_model(self, model: Any, *, aliases: bool = True) -> None:
+        """vLLM's unknown-model 404; the generate APIs name the served aliases."""
+        if model is not None and model != self.engine.model_name:
+            if not aliases:  # the pooling APIs' check is older and plainer
+                raise ApiError(404, f"The model `{model}` does not exist.")
+            raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: "
+                                f"{self.engine.model_name}.", "model")
 
     def _submit(
         self, request: SimRequest, queue: asyncio.Queue[TokenEvent] | None = None
@@ -227,12 +286,11 @@ class EngineApp:
 
     async def chat(self, request: Request) -> Response:
         await self._gate()
+        self._require_task("generate")
         body = await self._body(request, "chat")
         chat_validators(body)  # the request model's own checks run while it is parsed
         sampling = parse_sampling(body, chat=True)
         self._check_model(sampling.model)
-        if self.engine.parts.profile.default_task == "embed":
-            raise ApiError(400, "The model does not support Chat Completions API")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "messages must be a non-empty list", "messages")
@@ -247,11 +305,10 @@ class EngineApp:
 
     async def completions(self, request: Request) -> Response:
         await self._gate()
+        self._require_task("generate")
         body = await self._body(request, "completion")
         sampling = parse_sampling(body, chat=False)
         self._check_model(sampling.model)
-        if self.engine.parts.profile.default_task == "embed":
-            raise ApiError(400, "The model does not support Completions API")
         fields = completion_fields(
             body, self.engine.parts.config, self.engine.parts.profile.vocab_size
         )
@@ -334,8 +391,8 @@ class EngineApp:
         parts = self.engine.parts
         name = self.engine.model_name
         if not parts.is_matryoshka:
-            raise ApiError(400, f'Model "{name}" does not support matryoshka representation, '
-                                "changing output dimensions will lead to poor results.")
+            raise ApiError(400, f"Model '{name}' does not support Matryoshka embeddings; "
+                                f"dimensions must be unset (received dimensions={dimensions}).")
         allowed = parts.matryoshka_dimensions
         if allowed is not None and dimensions not in allowed:
             raise ApiError(400, f'Model "{name}" only supports {list(allowed)} matryoshka '
@@ -347,13 +404,12 @@ class EngineApp:
 
     async def embeddings(self, request: Request) -> Response:
         await self._gate()
+        self._require_task("embed")
         body = await self._body(request, "embedding")
         model = body.get("model")
         if not isinstance(model, str):
             raise ApiError(400, "model must be a string", "model")
-        self._check_model(model)
-        if self.engine.parts.profile.default_task != "embed":
-            raise ApiError(400, "The model does not support Embeddings API", "model")
+        self._check_model(model, aliases=False)
         raw = body.get("input")
         batched = isinstance(raw, list) and bool(raw) and not isinstance(raw[0], int)
         inputs: list[Any] = list(raw) if batched and isinstance(raw, list) else [raw]
@@ -365,12 +421,7 @@ class EngineApp:
         prompts = [self._prompt_ids(item) for item in inputs]
         for ids in prompts:
             if len(ids) > self.engine.max_model_len:
-                raise ApiError(
-                    400,
-                    f"This model's maximum context length is {self.engine.max_model_len} "
-                    f"tokens. However, your request has {len(ids)} input tokens.",
-                    "input",
-                )
+                raise prompt_too_long(self.engine.max_model_len, len(ids))
         rid = self.engine.new_request_id("embd", request.headers.get("x-request-id"))
         sims = [SimRequest(f"{rid}-{i}", ids, 1, "stop", 0.0) for i, ids in enumerate(prompts)]
         queues = [self._submit(sim) for sim in sims]

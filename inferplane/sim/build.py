@@ -98,6 +98,14 @@ def build_parts(config: SimEngineConfig, profile: ModelProfile | None = None) ->
             "must be in [0, 1]", field="fail_rate", value=config.faults.fail_rate,
             fix="use a fraction such as 0.05",
         )
+    if config.enable_auto_tool_choice and not config.tool_call_parser:
+        # vLLM refuses this command line at start-up (validate_parsed_serve_args).
+        raise InferplaneError(
+            "--enable-auto-tool-choice requires --tool-call-parser",
+            field="tool_call_parser", value=None,
+            fix="name the parser vLLM would use, e.g. --tool-call-parser hermes "
+                "(extra_args: {tool-call-parser: hermes})",
+        )
     profile = profile or resolve_profile(config)
     gpu = lookup_gpu(config.gpu)
     memory = estimate_memory(profile, engine_settings(config), gpu=gpu)

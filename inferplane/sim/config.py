@@ -66,6 +66,9 @@ class SimEngineConfig:
     # vLLM's --enable-auto-tool-choice (with a --tool-call-parser): without it a request
     # with tools and tool_choice "auto" gets vLLM's 400; with it the sim answers text.
     enable_auto_tool_choice: bool = False
+    # vLLM's --tool-call-parser: without one, vLLM refuses forced tool calls (tool_choice
+    # "required" or a named function) and --enable-auto-tool-choice does not start.
+    tool_call_parser: str | None = None
     # vLLM's --runner: "auto" takes the task from the checkpoint (architecture, name);
     # "pooling" serves embeddings, "generate" completions, whatever the checkpoint says.
     runner: str = "auto"

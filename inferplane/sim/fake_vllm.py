@@ -6,11 +6,11 @@
 It accepts the command lines `inferplane plan` writes (and vLLM's other serve flags): the
 flags the simulator models (served name, host, port, context length, TP, utilization,
 `--max-num-seqs`, `--max-num-batched-tokens`, prefix caching, `--max-logprobs`,
-`--enable-auto-tool-choice` with `--tool-call-parser`, `--runner`/`--task embed`) configure
-the simulated engine; GPU-only flags (`--kv-cache-memory-bytes`, `--compilation-config`,
-`--dtype`, `--quantization`, ...) are accepted and ignored. Point `inferplane up` at it
-with `--vllm-binary` or `INFERPLANE_VLLM_BINARY` to run an `engine: vllm` fleet without a
-GPU:
+`--enable-auto-tool-choice` with `--tool-call-parser`, `--runner`/`--task embed`,
+`--kv-cache-memory-bytes`) configure the simulated engine; GPU-only flags
+(`--compilation-config`, `--dtype`, `--quantization`, ...) are accepted and ignored. Point
+`inferplane up` at it with `--vllm-binary` or `INFERPLANE_VLLM_BINARY` to run an
+`engine: vllm` fleet without a GPU:
 
     INFERPLANE_VLLM_BINARY="python -m inferplane.sim.fake_vllm" inferplane up f.yaml
 
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from inferplane.sim.config import DEFAULT_GPU, FaultConfig, SimEngineConfig
 from inferplane.sim.host import start_engine
+from inferplane.sim.startup_log import startup_lines
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-logprobs", type=int, default=20)
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--tool-call-parser", default=None)
+    parser.add_argument("--kv-cache-memory-bytes", type=human_readable_int, default=None)
     parser.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto")
     parser.add_argument("--task", default=None)  # before vLLM 0.10.2: --task embed
     parser.add_argument("--gpu", default=DEFAULT_GPU)
@@ -63,6 +65,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--crash-after-requests", type=int, default=None)
     parser.add_argument("--hang-after-requests", type=int, default=None)
     return parser
+
+
+_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(value: str) -> int:
+    """vLLM's `human_readable_int`: `64M` is 64 MiB, `1g` 10^9, `1048576` itself."""
+    text = value.strip()
+    if text and text[-1] in _UNITS:
+        return int(float(text[:-1]) * _UNITS[text[-1]])
+    return int(text)
 
 
 def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
@@ -86,6 +100,8 @@ def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
         enable_prefix_caching=args.enable_prefix_caching,
         max_logprobs=args.max_logprobs,
         enable_auto_tool_choice=args.enable_auto_tool_choice,
+        tool_call_parser=args.tool_call_parser,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         runner="pooling" if args.task in ("embed", "embedding") else args.runner,
         host=args.host,
         port=args.port,
@@ -113,6 +129,8 @@ def visible_devices_error(tensor_parallel_size: int, visible: str | None) -> str
 
 async def _serve(config: SimEngineConfig) -> int:
     handle = await start_engine(config)
+    for line in startup_lines(handle.engine.parts, os.getpid()):  # vLLM's memory lines
+        print(line, flush=True)
     print(f"fake vllm: serving {config.model!r} on {handle.url}", flush=True)
     await handle.crashed.wait()
     print("fake vllm: simulated crash", flush=True)

@@ -61,7 +61,7 @@ def _n(body: dict[str, Any]) -> int:
     if isinstance(n, bool) or not isinstance(n, int):
         raise ApiError(400, "n must be an integer", "n")
     if n < 1:
-        raise ApiError(400, f"n must be at least 1, got {n}.", "n")
+        raise ApiError(400, f"n must be at least 1, got {n}.")  # vLLM names no param here
     return n
 
 
@@ -275,6 +275,11 @@ def _tool_call(body: dict[str, Any], config: SimEngineConfig) -> ToolCall | None
         if not config.enable_auto_tool_choice:
             raise ApiError(400, AUTO_TOOL_CHOICE)
         return None  # the simulated model "decides" to answer in text
+    if not config.tool_call_parser:
+        # OpenAIServingChat: a forced call needs a parser to turn the output into tool_calls.
+        what = ('"required"' if choice == "required"
+                else f'function "{choice["function"]["name"]}"')
+        raise ApiError(400, f"tool_choice={what} requires --tool-call-parser to be set")
     if choice == "required":
         tool = tools[0]  # a model forced to call some tool: the sim calls the first
     else:
@@ -314,7 +319,9 @@ def completion_fields(body: dict[str, Any], config: SimEngineConfig, vocab_size:
         raise validator_error(body, "`logprobs` must be a positive value or -1.",
                               parameter="logprobs", value=logprobs)
     if body.get("suffix") is not None:
-        raise ApiError(400, "suffix is not currently supported")  # vLLM's serving check
+        # vLLM's serving check (only fill-in-the-middle renderers take a suffix)
+        raise ApiError(400, "suffix is only supported for models with FIM completion "
+                            "rendering", "suffix")
     n = _n(body)
     count = None if logprobs is None else _check_max_logprobs(logprobs, config, vocab_size)
     return Fields(n=n, logprobs=count, echo=bool(body.get("echo")), json_text=_structured(body),

@@ -30,14 +30,18 @@ from inferplane.sim.outputs import (
     prompt_logprobs,
 )
 from inferplane.sim.protocol import (
+    SYSTEM_FINGERPRINT,
     ApiError,
     SamplingRequest,
     chat_choice,
     chat_chunk,
+    chat_message,
     chat_response,
     completion_choice,
     completion_chunk,
     completion_response,
+    prompt_too_long,
+    stream_usage,
     usage,
     usage_chunk,
 )
@@ -110,13 +114,15 @@ class Generation:
     def _max_tokens(self, prompt: int) -> int:
         max_len = self.engine.max_model_len
         if prompt >= max_len:
+            raise prompt_too_long(max_len, prompt)
+        wanted = self.sampling.max_tokens
+        if wanted is not None and wanted > max_len:
             raise ApiError(
                 400,
-                f"This model's maximum context length is {max_len} tokens. However, your "
-                f"request has {prompt} input tokens. Please reduce the length of the input.",
-                "messages",
+                f"max_tokens={wanted} cannot be greater than max_model_len={max_len}. Please "
+                f"request fewer output tokens. (parameter=max_tokens, value={wanted})",
+                "max_tokens",
             )
-        wanted = self.sampling.max_tokens
         max_tokens = wanted if wanted is not None else max_len - prompt
         if prompt + max_tokens > max_len:
             raise ApiError(
@@ -223,12 +229,14 @@ class Generation:
             for c in self.choices
         ]
         for completion, c in zip(completions, self.choices, strict=True):
-            completion["prompt_logprobs"] = self._prompt_logprobs(c.prompt)
+            # vLLM: echo with logprobs also scores the prompt (prompt_logprobs = logprobs)
+            echo_k = self.fields.logprobs if self.fields.echo else None
+            completion["prompt_logprobs"] = self._prompt_logprobs(c.prompt, echo_k)
         return completion_response(self.request_id, model, self.created, completions,
                                    self._usage())
 
-    def _prompt_logprobs(self, prompt: Prompt) -> list[Any] | None:
-        k = self.fields.prompt_logprobs
+    def _prompt_logprobs(self, prompt: Prompt, default: int | None = None) -> list[Any] | None:
+        k = self.fields.prompt_logprobs if self.fields.prompt_logprobs is not None else default
         if k is None:
             return None
         return prompt_logprobs(prompt.ids, prompt.pieces, k, self.engine.parts.tokenizer.encode)
@@ -236,14 +244,13 @@ class Generation:
     def _chat_choice(self, choice: _Choice) -> dict[str, Any]:
         k = self.fields.logprobs
         logprobs = chat_logprobs(choice.output.pieces, 0, k) if k is not None else None
-        message: dict[str, Any] = {"role": "assistant", "content": choice.output.text,
-                                   "tool_calls": []}
+        message = chat_message(choice.output.text)
         tool = self.fields.tool
         if tool is not None:
-            message = {"role": "assistant", "content": "", "tool_calls": [{
+            message = chat_message("", [{
                 "id": choice.tool_call_id, "type": "function",
                 "function": {"name": tool.name, "arguments": choice.output.text},
-            }]}
+            }])
         return chat_choice(choice.index, message, logprobs, self._finish_reason(choice))
 
     async def stream(self) -> AsyncIterator[bytes]:
@@ -252,13 +259,20 @@ class Generation:
         # vLLM sends the role chunks on its first engine output (after prefill), so a
         # client's time to the first chunk is the time to the first token, as on vLLM.
         role_due = self.chat
+        unfinished = len(self.choices)
         try:
             async for choice, event in self._events():
                 if role_due:
                     role_due = False
-                    for chunk in self._role_chunks():
-                        yield chunk
-                yield _sse(self._with_usage(self._chunk(choice, event), choice, event.index + 1))
+                    for role_chunk in self._role_chunks():
+                        yield role_chunk
+                chunks = [self._with_usage(c, choice, event.index + 1)
+                          for c in self._chunks(choice, event)]
+                unfinished -= event.finished
+                if not unfinished and not self.sampling.include_usage:
+                    chunks[-1]["system_fingerprint"] = SYSTEM_FINGERPRINT  # vLLM's last chunk
+                for payload in chunks:
+                    yield _sse(payload)
             if role_due:  # no token at all: the stream still opens with the role
                 for chunk in self._role_chunks():
                     yield chunk
@@ -272,15 +286,41 @@ class Generation:
     def _role_chunks(self) -> list[bytes]:
         model, created, rid = self.sampling.model, self.created, self.request_id
         return [_sse(self._with_usage(chat_chunk(rid, model, created, choice.index,
-                                                 {"role": "assistant", "content": ""}, None),
+                                                 {"role": "assistant", "content": ""}, None,
+                                                 role=True),
                                       choice, 0)) for choice in self.choices]  # fmt: skip
 
     def _with_usage(self, chunk: dict[str, Any], choice: _Choice, tokens: int
                     ) -> dict[str, Any]:
         """vLLM's continuous_usage_stats: every chunk carries its choice's usage so far."""
         if self.sampling.continuous_usage:
-            chunk["usage"] = usage(len(choice.prompt.ids), tokens, 0)
+            chunk["usage"] = stream_usage(usage(len(choice.prompt.ids), tokens, 0))
         return chunk
+
+    def _chunks(self, choice: _Choice, event: TokenEvent) -> list[dict[str, Any]]:
+        """The chunks of one token. A streamed tool call is vLLM's (hermes parser): first a
+        chunk naming the function, then argument fragments (`content` null), and an empty
+        delta with the finish reason."""
+        tool = self.fields.tool
+        if not self.chat or tool is None:
+            return [self._chunk(choice, event)]
+        model, created, rid = self.sampling.model, self.created, self.request_id
+        chunks = []
+        if event.index == 0:
+            chunks.append(chat_chunk(rid, model, created, choice.index, {
+                "content": None, "tool_calls": [{"index": 0, "id": choice.tool_call_id,
+                                                 "type": "function",
+                                                 "function": {"name": tool.name}}]}, None))
+        chunk = self._chunk(choice, event)
+        reason = chunk["choices"][0]["finish_reason"]
+        if reason is not None:
+            chunk["choices"][0]["finish_reason"] = None
+            chunk["choices"][0].pop("stop_reason", None)
+        if chunk["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]:
+            chunks.append(chunk)
+        if reason is not None:
+            chunks.append(chat_chunk(rid, model, created, choice.index, {}, reason))
+        return chunks
 
     def _chunk(self, choice: _Choice, event: TokenEvent) -> dict[str, Any]:
         output = choice.output
@@ -296,14 +336,14 @@ class Generation:
             text = (self._echo(choice) if first else "") + piece
             logprobs = self._completion_logprobs(choice, event.index, 1,
                                                  first and self.fields.echo)
-            return completion_chunk(rid, model, created, choice.index, text, reason, logprobs)
+            ids = list(choice.prompt.ids) if first and self.fields.echo else None
+            return completion_chunk(rid, model, created, choice.index, text, reason, logprobs,
+                                    ids)
         chat_lp = chat_logprobs(token, event.index, k) if k is not None else None
         tool = self.fields.tool
         if tool is None:
             delta: dict[str, Any] = {"content": piece}
-        elif event.index == 0:
-            delta = {"tool_calls": [{"index": 0, "id": choice.tool_call_id, "type": "function",
-                                     "function": {"name": tool.name, "arguments": piece}}]}
-        else:
-            delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+        else:  # an argument fragment (`_chunks` adds the name chunk and the end)
+            delta = {"content": None,
+                     "tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
         return chat_chunk(rid, model, created, choice.index, delta, reason, chat_lp)

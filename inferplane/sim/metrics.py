@@ -37,6 +37,8 @@ _DOCS = {
     "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
     "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
     "vllm:prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:prompt_tokens_cached": "Number of cached prompt tokens (local prefix cache).",
+    "vllm:request_params_max_tokens": "Histogram of the max_tokens request parameter.",
     "vllm:generation_tokens": "Number of generation tokens processed.",
     "vllm:request_success": "Count of successfully processed requests.",
     "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
@@ -95,6 +97,7 @@ class EngineMetrics:
         self.prefix_hits = counter("vllm:prefix_cache_hits")
         self.preemptions = counter("vllm:num_preemptions")
         self.prompt_tokens = counter("vllm:prompt_tokens")
+        self.prompt_tokens_cached = counter("vllm:prompt_tokens_cached")
         self.generation_tokens = counter("vllm:generation_tokens")
         success = Counter(
             "vllm:request_success", _DOCS["vllm:request_success"],
@@ -106,6 +109,7 @@ class EngineMetrics:
         self.request_generation_tokens = histogram(
             "vllm:request_generation_tokens", token_buckets
         )
+        self.request_max_tokens = histogram("vllm:request_params_max_tokens", token_buckets)
         self.iteration_tokens = histogram("vllm:iteration_tokens_total", _ITERATION_BUCKETS)
         self.ttft = histogram("vllm:time_to_first_token_seconds", _TTFT_BUCKETS)
         self.itl = histogram("vllm:inter_token_latency_seconds", _ITL_BUCKETS)
@@ -137,6 +141,9 @@ class EngineMetrics:
         # counts it twice).
         self.prompt_tokens.inc(
             sum(event.request.num_prompt_tokens for event in events if event.index == 0)
+        )
+        self.prompt_tokens_cached.inc(  # the prefix-cache part of those prompts
+            sum(event.request.cached_tokens for event in events if event.index == 0)
         )
         self.generation_tokens.inc(len(events))
         if step.work:
@@ -173,6 +180,8 @@ class EngineMetrics:
         self.decode.observe(request.finished_s - request.first_token_s)
         self.request_prompt_tokens.observe(request.num_prompt_tokens)
         self.request_generation_tokens.observe(request.num_output)
+        if request.max_tokens_param:  # generation requests (a pooling request has none)
+            self.request_max_tokens.observe(request.max_tokens_param)
         if request.num_output > 1:
             self.tpot.observe(
                 (request.finished_s - request.first_token_s) / (request.num_output - 1)

@@ -68,7 +68,7 @@ def filler_output(
     choice: int, count: int, stop: Sequence[str], finish_reason: str
 ) -> Output:
     """`count` filler tokens, cut after the first stop string that completes."""
-    pieces = [filler_piece(choice + i) for i in range(count)]
+    pieces = [filler_piece(choice + i, first=i == 0) for i in range(count)]
     cut, matched = _apply_stop(pieces, stop)
     return Output(tuple(pieces[:cut]), "stop" if matched else finish_reason, matched)
 

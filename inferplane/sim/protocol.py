@@ -32,6 +32,18 @@ class ApiError(Exception):
         }
 
 
+def prompt_too_long(max_model_len: int, prompt_tokens: int) -> ApiError:
+    """vLLM 0.32's refusal of a prompt longer than the context (the input processor's)."""
+    return ApiError(
+        400,
+        f"This model's maximum context length is {max_model_len} tokens. However, your prompt "
+        f"contains at least {prompt_tokens} input tokens, which exceeds this limit even "
+        "without any output tokens. Please reduce the length of the input prompt. "
+        f"(parameter=input_tokens, value={prompt_tokens})",
+        "input_tokens",
+    )
+
+
 @dataclass(frozen=True)
 class SamplingRequest:
     """The fields of a completion request that change what the simulator does."""
@@ -71,9 +83,8 @@ def parse_sampling(body: dict[str, Any], *, chat: bool) -> SamplingRequest:
     options = body.get("stream_options") or {}
     stream = bool(body.get("stream", False))
     if options and not stream:
-        raise ApiError(
-            400, "Stream options can only be defined when `stream=True`.", "stream_options"
-        )
+        raise ApiError(400, "Stream options can only be defined when `stream=True`. "
+                            "(parameter=stream_options)", "stream_options")
     return SamplingRequest(
         model=model,
         stream=stream,
@@ -86,20 +97,46 @@ def parse_sampling(body: dict[str, Any], *, chat: bool) -> SamplingRequest:
     )
 
 
+# vLLM's system_fingerprint is `vllm-<version>-<build hash>`; the simulator names itself.
+SYSTEM_FINGERPRINT = "vllm-sim-inferplane"
+# Fields vLLM 0.32 sends as null unless a feature the simulator does not model is used
+# (KV transfer, EC transfer, request metrics, prompt echo of token ids, MoE routing).
+_RESPONSE_NULLS = {"service_tier": None, "kv_transfer_params": None,
+                   "ec_transfer_params": None, "metrics": None}
+_CHOICE_NULLS = {"token_ids": None, "routed_experts": None}
+_MESSAGE_NULLS = {"refusal": None, "annotations": None, "audio": None, "function_call": None,
+                  "reasoning": None}
+
+
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens} if cached_tokens else None,
+        "completion_tokens_details": None,
     }
+
+
+def stream_usage(use: dict[str, Any]) -> dict[str, Any]:
+    """A stream's usage: vLLM leaves out the details that are null."""
+    return {k: v for k, v in use.items() if v is not None}
+
+
+def chat_message(content: str | None, tool_calls: list[dict[str, Any]] | None = None
+                 ) -> dict[str, Any]:
+    """vLLM's ChatMessage; `tool_calls` only when there are some (vLLM omits an empty list)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, **_MESSAGE_NULLS}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return message
 
 
 def chat_choice(
     index: int, message: dict[str, Any], logprobs: dict[str, Any] | None, finish_reason: str
 ) -> dict[str, Any]:
     return {"index": index, "message": message, "logprobs": logprobs,
-            "finish_reason": finish_reason, "stop_reason": None}
+            "finish_reason": finish_reason, "stop_reason": None, **_CHOICE_NULLS}
 
 
 def chat_response(
@@ -114,20 +151,35 @@ def chat_response(
         "choices": choices,
         "usage": use,
         "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        **_RESPONSE_NULLS,
     }
 
 
 def chat_chunk(
     request_id: str, model: str, created: int, index: int, delta: dict[str, Any],
-    finish_reason: str | None, logprobs: dict[str, Any] | None = None,
+    finish_reason: str | None, logprobs: dict[str, Any] | None = None, *, role: bool = False,
 ) -> dict[str, Any]:
+    """One chat stream chunk: the role chunk carries the prompt fields (null), token chunks
+    their token ids (null), the last chunk of a choice its stop_reason, as vLLM's do."""
+    choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": logprobs,
+                              "finish_reason": finish_reason}
+    top: dict[str, Any] = {}
+    if role:
+        top = {"prompt_token_ids": None, "prompt_text": None}
+    else:
+        choice["token_ids"] = None
+        if finish_reason is not None:
+            choice["stop_reason"] = None
     return {
         "id": request_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
-                     "finish_reason": finish_reason}],
+        "choices": [choice],
+        **top,
     }
 
 
@@ -135,7 +187,8 @@ def completion_choice(
     index: int, text: str, logprobs: dict[str, Any] | None, finish_reason: str
 ) -> dict[str, Any]:
     return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
-            "stop_reason": None, "prompt_logprobs": None}
+            "stop_reason": None, "prompt_logprobs": None, "prompt_token_ids": None,
+            **_CHOICE_NULLS}
 
 
 def completion_response(
@@ -149,20 +202,25 @@ def completion_response(
         "model": model,
         "choices": choices,
         "usage": use,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        **_RESPONSE_NULLS,
     }
 
 
 def completion_chunk(
     request_id: str, model: str, created: int, index: int, text: str,
     finish_reason: str | None, logprobs: dict[str, Any] | None = None,
+    prompt_token_ids: list[int] | None = None,
 ) -> dict[str, Any]:
+    """One completions stream chunk; an echoing stream's first chunk has the prompt's ids."""
     return {
         "id": request_id,
         "object": "text_completion",
         "created": created,
         "model": model,
         "choices": [{"index": index, "text": text, "logprobs": logprobs,
-                     "finish_reason": finish_reason, "stop_reason": None}],
+                     "finish_reason": finish_reason, "stop_reason": None,
+                     "prompt_token_ids": prompt_token_ids, "token_ids": None}],
     }
 
 
@@ -170,4 +228,5 @@ def usage_chunk(
     request_id: str, model: str, created: int, obj: str, use: dict[str, Any]
 ) -> dict[str, Any]:
     return {"id": request_id, "object": obj, "created": created, "model": model,
-            "choices": [], "usage": use}
+            "choices": [], "usage": stream_usage(use),
+            "system_fingerprint": SYSTEM_FINGERPRINT}

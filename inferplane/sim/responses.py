@@ -274,7 +274,7 @@ class ResponsesApi:
                         opened = True
                         yield event({"item": {"id": item_id, "content": [],
                                               "role": "assistant", "status": "in_progress",
-                                              "type": "message"},
+                                              "type": "message", "phase": None},
                                      "output_index": 0, "type": "response.output_item.added"})
                         yield event({"content_index": 0, "item_id": item_id, "output_index": 0,
                                      "part": {"annotations": [], "text": "",
@@ -294,7 +294,7 @@ class ResponsesApi:
                 yield event({"content_index": 0, "item_id": item_id, "output_index": 0,
                              "part": part, "type": "response.content_part.done"})
                 yield event({"item": {"id": item_id, "content": [part], "role": "assistant",
-                                      "status": "completed", "type": "message"},
+                                      "status": "completed", "type": "message", "phase": None},
                              "output_index": 0, "type": "response.output_item.done"})
             final = turn.finish(sim, item_id)
             if store:
@@ -414,7 +414,7 @@ class _Turn:
     def finish(self, sim: SimRequest, item_id: str | None = None) -> dict[str, Any]:
         """The final response: the generated text as one assistant message, and usage."""
         text = visible_text(sim.num_output, self.stop)
-        message = {
+        message: dict[str, Any] = {
             "id": item_id or f"msg_{uuid.uuid4().hex}",
             "content": (
                 [{"annotations": [], "text": text, "type": "output_text", "logprobs": None}]
@@ -423,16 +423,18 @@ class _Turn:
             "role": "assistant",
             "status": "completed",
             "type": "message",
+            "phase": None,
         }
         prompt, output, cached = sim.num_prompt_tokens, sim.num_output, sim.cached_tokens
         usage = {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": cached, "input_tokens_per_turn": [prompt],
-                                     "cached_tokens_per_turn": [cached]},
+            # vLLM 0.32 fills the per-turn lists only for multi-turn (tool) loops
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0,
+                                     "input_tokens_per_turn": [], "cached_tokens_per_turn": []},
             "output_tokens": output,
             "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0,
-                                      "output_tokens_per_turn": [output],
-                                      "tool_output_tokens_per_turn": [0]},
+                                      "output_tokens_per_turn": [],
+                                      "tool_output_tokens_per_turn": []},
             "total_tokens": prompt + output,
         }
         status = "incomplete" if sim.finish_reason == "length" else "completed"

@@ -12,7 +12,9 @@ family is recognised from `tokenizer_config.json`'s `chat_template` (ChatML `<|i
 Llama 3 `<|start_header_id|>`), else a generic `<|role|>` header per message; the rendered
 text is then counted by the tokenizer, so the model's special tokens count as one token each.
 
-Generated text is filler, clearly so: the words of `FILLER_WORDS` in turn, one per token.
+Generated text is filler, clearly so: the words of `FILLER_WORDS` in turn, one per token;
+the first token of an output has no leading space (`sim filler token`), as a model's answer
+starts with a word, not a space.
 """
 
 from __future__ import annotations
@@ -184,13 +186,14 @@ def chat_prompt_ids(tokenizer: Tokenizer, messages: Sequence[dict[str, Any]]) ->
     return tokenizer.encode(render_chat(tokenizer.chat_family, messages))
 
 
-def filler_piece(index: int) -> str:
-    """Text of output token number `index`."""
-    return FILLER_WORDS[index % len(FILLER_WORDS)]
+def filler_piece(index: int, *, first: bool = False) -> str:
+    """Text of filler word number `index`; the first token of an output has no space."""
+    word = FILLER_WORDS[index % len(FILLER_WORDS)]
+    return word.lstrip() if first else word
 
 
 def filler_text(count: int) -> str:
-    return "".join(filler_piece(i) for i in range(count))
+    return "".join(filler_piece(i, first=i == 0) for i in range(count))
 
 
 def apply_stop(count: int, stop: Sequence[str]) -> tuple[int, str | None]:
@@ -199,7 +202,7 @@ def apply_stop(count: int, stop: Sequence[str]) -> tuple[int, str | None]:
         return count, None
     text = ""
     for i in range(count):
-        text += filler_piece(i)
+        text += filler_piece(i, first=i == 0)
         for s in stop:
             if s and s in text:
                 return i + 1, s

@@ -4,8 +4,8 @@ vLLM parses every request body into a pydantic model (`ChatCompletionRequest`,
 `CompletionRequest`, `EmbeddingRequest`); a field of the wrong type fails validation and
 its `RequestValidationError` handler answers 400:
 
-    {"error": {"message": "<n> validation error(s): ...", "type": "Bad Request",
-               "param": null, "code": 400}}
+    {"error": {"message": "<n> validation error(s):\n  {'type': ..., 'loc': 'body.field',
+               ...}", "type": "Bad Request", "param": "body.field", "code": 400}}
 
 The simulator checks the same field types here before it reads any of them, so a malformed
 body (`"messages": [1, 2]`, `"stream_options": "x"`) gets that 400 and never a 500. The
@@ -15,6 +15,7 @@ vLLM allows and ignores them.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -114,49 +115,61 @@ def validate_request(body: dict[str, Any], kind: str) -> None:
     try:
         _MODELS[kind].model_validate(body)
     except ValidationError as exc:
-        raise ApiError(400, _message(exc), error_type="Bad Request") from None
+        errors = [{"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"],
+                   "input": e.get("input")}
+                  for e in exc.errors(include_url=False, include_context=False)]
+        raise validation_error(errors) from None
 
 
-def _message(exc: ValidationError) -> str:
-    """FastAPI's `str(RequestValidationError)` followed by its `errors()`, as vLLM joins them."""
-    errors = [
-        {
-            "type": e["type"],
-            "loc": ("body", *e["loc"]),
-            "msg": e["msg"],
-            "input": e.get("input"),
-        }
-        for e in exc.errors(include_url=False, include_context=False)
-    ]
-    head = f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}:\n"
-    return head + "".join(f"  {e}\n" for e in errors) + f" {errors}"
+_MAX_REPORTED_ERRORS = 10  # vLLM's bounds on what a validation error echoes
+_MAX_ERROR_INPUT_CHARS = 200
+_INTERNAL = re.compile(r"[\[\]{}()]")
+_INTERNAL_MARKERS = frozenset({"function-wrap", "function-after", "function-before",
+                               "function-plain", "json-or-python", "lax-or-strict", "chain",
+                               "default", "nullable", "tagged-union", "union", "str", "int",
+                               "float", "bool", "list", "dict", "none"})
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> str:
+    """vLLM's clean_loc_for_param: `('body', 'prompt', 'list[int]')` -> `body.prompt`."""
+    parts = [str(p) for p in loc
+             if not _INTERNAL.search(str(p)) and str(p).lower() not in _INTERNAL_MARKERS]
+    return ".".join(parts or [str(p) for p in loc])
+
+
+def _summary(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= _MAX_ERROR_INPUT_CHARS else (
+            value[:_MAX_ERROR_INPUT_CHARS] + "...[truncated]")
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return str(value)
+
+
+def validation_error(errors: list[dict[str, Any]]) -> ApiError:
+    """vLLM 0.32's RequestValidationError answer (`validation_exception_handler`): a count
+    line, one line per error (loc cleaned, input summarised), param the first error's loc."""
+    lines = []
+    for error in errors[:_MAX_REPORTED_ERRORS]:
+        shown = dict(error)
+        shown["input"] = _summary(error.get("input"))
+        shown["loc"] = _clean_loc(tuple(error["loc"]))
+        lines.append(f"  {shown}\n")
+    count = len(errors)
+    label = "error" if count == 1 else "errors"
+    message = f"{count} validation {label}:\n" + "".join(lines)
+    if count > _MAX_REPORTED_ERRORS:
+        message += f"  ...and {count - _MAX_REPORTED_ERRORS} more {label}\n"
+    param = _clean_loc(tuple(errors[0]["loc"])) if errors else None
+    return ApiError(400, message.rstrip(), param, error_type="Bad Request")
 
 
 def validator_error(
     body: dict[str, Any], message: str, *, parameter: str | None = None, value: Any = None
 ) -> ApiError:
-    """vLLM's 400 for a request model's `model_validator` (a `VLLMValidationError` raised
-    while pydantic parses the body): the validation-error format, with `param` set."""
+    """vLLM's 400 for a request model's `model_validator` (a `VLLMValidationError`): since
+    vLLM 0.32 a plain BadRequestError, its message `VLLMValidationError.__str__`."""
     extras = [f"{k}={v}" for k, v in (("parameter", parameter), ("value", value))
               if v is not None]
     text = f"{message} ({', '.join(extras)})" if extras else message
-    error = {
-        "type": "value_error",
-        "loc": ("body",),
-        "msg": f"Value error, {text}",
-        "input": body,
-        "ctx": {"error": _ExceptionRepr(f"VLLMValidationError({message!r})")},
-    }
-    head = "1 validation error:\n"
-    return ApiError(400, head + f"  {error}\n" + f" {[error]}", parameter,
-                    error_type="Bad Request")
-
-
-class _ExceptionRepr:
-    """Prints as the exception object FastAPI keeps in an error's ctx."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
+    return ApiError(400, text, parameter)

@@ -16,7 +16,7 @@ from inferplane.engines.options import ExtraArgValue, extra_args_argv
 
 # The `extra_args` a simulated engine honours as vLLM does (they change which requests it
 # accepts); the others tune what the simulator does not model and are not passed.
-SIM_EXTRA_FLAGS = ("max-logprobs", "enable-auto-tool-choice")
+SIM_EXTRA_FLAGS = ("max-logprobs", "enable-auto-tool-choice", "tool-call-parser")
 
 
 @dataclass(frozen=True)
