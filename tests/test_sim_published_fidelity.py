@@ -26,7 +26,7 @@ MODELS = REPO / "tests" / "data" / "models"
 
 # What the held-out split reaches today (docs/simulator.md); a change to the timing model
 # that makes any of them worse fails here. Issue 31's goal is stricter (10/10/20, max 30).
-HELD_OUT_MEDIAN_PCT = {"tpot": 99.0, "throughput": 99.0, "ttft": 99.0}
+HELD_OUT_MEDIAN_PCT = {"tpot": 13.5, "throughput": 15.5, "ttft": 22.5}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_stored_held_out_errors_are_the_held_out_points(pf: ModuleType) -> None:
     not_replayed = {line.split(":")[0] for line in bands["not_replayed"]}
     assert replayed | not_replayed == held and not replayed & not_replayed
     for metric in pf.METRICS:
-        errs = [abs(s[f"{metric}_error_pct"]) for s in stored]
+        errs = [abs(s[f"{metric}_error_pct"]) for s in stored if f"{metric}_error_pct" in s]
         assert bands["overall"][metric]["median"] == pytest.approx(statistics.median(errs),
                                                                    abs=0.051)
         assert statistics.median(errs) <= HELD_OUT_MEDIAN_PCT[metric], metric
@@ -77,8 +77,11 @@ def test_stored_held_out_errors_are_the_held_out_points(pf: ModuleType) -> None:
                 and pf.family(by_id[s["id"]]) == fam]
         assert group["n"] == len(mine)
         for metric in pf.METRICS:
-            errs = [abs(s[f"{metric}_error_pct"]) for s in mine]
-            assert group[metric]["median"] == pytest.approx(statistics.median(errs), abs=0.051)
+            errs = [abs(s[f"{metric}_error_pct"]) for s in mine if f"{metric}_error_pct" in s]
+            assert group[metric]["n"] == len(errs)
+            if errs:
+                assert group[metric]["median"] == pytest.approx(statistics.median(errs),
+                                                                abs=0.051)
 
 
 def test_stored_errors_are_what_the_shipped_model_gives_today(pf: ModuleType) -> None:
@@ -87,10 +90,11 @@ def test_stored_errors_are_what_the_shipped_model_gives_today(pf: ModuleType) ->
     # The cheapest held-out runs of each family (few requests or short outputs).
     cheap = sorted(stored, key=lambda i: points[i]["workload"]["num_prompts"]
                    * points[i]["workload"]["mean_output_len"])
-    chosen = [next(i for i in cheap if pf.family(points[i]) == fam) for fam in ("dense", "moe")]
+    chosen = [i for fam in ("dense", "moe")
+              for i in [j for j in cheap if pf.family(points[j]) == fam][:3]]
     for point_id in chosen:
         row = pf.replay(points[point_id])
-        for metric in pf.METRICS:
+        for metric in row.metrics:
             assert row.error(metric) == pytest.approx(
                 stored[point_id][f"{metric}_error_pct"], abs=0.05), (point_id, metric)
 

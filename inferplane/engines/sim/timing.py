@@ -47,6 +47,8 @@ class Calibration:
     # Routed-expert (fused MoE) kernels on bf16 experts: achieved fraction of the dense
     # kernels' bandwidth when reading experts.
     moe_kernel_efficiency: float = 1.0
+    # MoE prefill: achieved fraction of compute_efficiency (grouped expert GEMMs, routing).
+    moe_compute_efficiency: float = 1.0
     # Quantized weight formats (formats.weight_format): fraction of bf16's achieved
     # bandwidth their kernels reach on this GPU (dense and expert weights in that format:
     # it replaces moe_kernel_efficiency for quantized experts); a format not listed runs
@@ -93,25 +95,54 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 # benchmarks/data/published_serving.json by `benchmarks/sim_fidelity.py --fit`; a GPU of a
 # generation listed here (H100 PCIe, H200 from the Hopper fit) uses it when GPU_CALIBRATION
 # has no entry of its own. The held-out split measures the error (docs/simulator.md).
-GENERATION_CALIBRATION: dict[str, Calibration] = {}
+# Four rounds of `--fit-published` (two, then two more after moe_compute_efficiency
+# was added), starting from the vLLM 0.6 values. Ampere's bandwidth stays at
+# its vLLM 0.6 value: the fit split has no low-concurrency dense bf16 run on an A100.
+# Quantized weights on Ampere run through weight-only (Marlin-style) kernels: fp8 0.19.
+GENERATION_CALIBRATION: dict[str, Calibration] = {
+    "hopper": Calibration(
+        bandwidth_efficiency=0.785, compute_efficiency=0.270, step_overhead_s=0.001,
+        per_seq_overhead_s=1.0e-5, request_overhead_s=0.0457, moe_kernel_efficiency=0.428,
+        moe_compute_efficiency=1.15, format_efficiency=(("fp8", 0.36), ("mxfp4", 0.539)),
+    ),
+    "ampere": Calibration(
+        bandwidth_efficiency=0.65, compute_efficiency=0.559, step_overhead_s=0.0005,
+        per_seq_overhead_s=1.0e-5, request_overhead_s=0.0457, moe_kernel_efficiency=0.269,
+        moe_compute_efficiency=0.639, format_efficiency=(("fp8", 0.192), ("mxfp4", 0.696)),
+    ),
+}
+
+
+# A generation without published runs borrows the nearest fitted one's factors (applied
+# to its own peak bandwidth and FLOPs from the catalog); error_bands warns that no run
+# backs it.
+NEAREST_GENERATION = {"blackwell": "hopper", "ada": "ampere", "turing": "ampere",
+                      "volta": "ampere", "unknown": "hopper"}
 
 
 def calibration_for(gpu_name: str, calibration: Calibration = DEFAULT_CALIBRATION,
                     gpu_generation: str | None = None) -> Calibration:
     """The constants an engine on `gpu_name` runs with: an explicit calibration as given;
-    the shipped default replaced by the GPU's measured one, else its generation's."""
+    the shipped default replaced by the GPU's measured one, else its generation's, else
+    the nearest fitted generation's."""
     if calibration is DEFAULT_CALIBRATION:
         if gpu_name in GPU_CALIBRATION:
             return GPU_CALIBRATION[gpu_name]
-        return GENERATION_CALIBRATION.get(gpu_generation or "", DEFAULT_CALIBRATION)
+        gen = gpu_generation or ""
+        if gen not in GENERATION_CALIBRATION:
+            gen = NEAREST_GENERATION.get(gen, "")
+        return GENERATION_CALIBRATION.get(gen, DEFAULT_CALIBRATION)
     return calibration
 
 
 def calibration_source(gpu: GpuSpec) -> str:
-    """Where the shipped constants for `gpu` come from: "gpu", "generation" or "default"."""
+    """Where the shipped constants for `gpu` come from: "gpu", "generation" (its own) or
+    "nearest generation" (borrowed: no published runs of its generation)."""
     if gpu.name in GPU_CALIBRATION:
         return "gpu"
-    return "generation" if generation(gpu) in GENERATION_CALIBRATION else "default"
+    if generation(gpu) in GENERATION_CALIBRATION:
+        return "generation"
+    return "nearest generation"
 
 
 @dataclass(frozen=True)
@@ -212,6 +243,8 @@ class StepTimeModel:
         if self.use_fp8_compute and self.gpu.fp8_tflops is not None:
             peak_tflops = self.gpu.fp8_tflops
         flops_per_s = peak_tflops * 1e12 * cal.compute_efficiency
+        if self.cost.num_experts:
+            flops_per_s *= cal.moe_compute_efficiency
         flops = (
             self.cost.linear_flops_per_token * tokens
             + self.cost.attention_flops_per_pair * shape.attention_pairs
