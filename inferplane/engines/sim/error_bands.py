@@ -67,8 +67,8 @@ def band_for(gpu: GpuSpec, family: str, weight_format: str) -> Band:
                     and g["family"] == family]
         if same_gen:
             best = max(same_gen, key=lambda g: int(g["n"]))
-            statement = (_format_band(best) + f"; no runs on {gpu.name} itself, its "
-                         f"generation ({generation(gpu)}) calibrated")
+            statement = (_format_band(best) + f"; measured on {best['gpu']}, not on "
+                         f"{gpu.name} itself (same generation, {generation(gpu)})")
         on_gpu = [g for g in groups if g["gpu"] == gpu.name]
         if not on_gpu:
             missing.append(f"GPU {gpu.name} ({generation(gpu)})")
