@@ -21,6 +21,7 @@ from inferplane.engines.sim.timing import (
     DEFAULT_CALIBRATION,
     GENERATION_CALIBRATION,
     StepShape,
+    StepTimeModel,
     calibration_source,
 )
 from inferplane.gpus import lookup_gpu
@@ -52,7 +53,7 @@ def test_experts_touched_grow_from_top_k_to_all() -> None:
     assert expected_distinct_experts(0, 0, 10) == 0
 
 
-def _timing(model: str, gpu: str = "H100-SXM-80GB", tp: int = 1) -> object:
+def _timing(model: str, gpu: str = "H100-SXM-80GB", tp: int = 1) -> StepTimeModel:
     return build_parts(SimEngineConfig(model="m", model_config=MODELS / model, gpu=gpu,
                                        tensor_parallel_size=tp, max_model_len=4096)).timing
 
@@ -61,17 +62,17 @@ def test_moe_decode_slows_with_batch_while_it_reads_more_experts() -> None:
     moe = _timing("Qwen--Qwen3-30B-A3B")
     dense = _timing("Qwen--Qwen3-8B")
     cal = replace(DEFAULT_CALIBRATION, step_overhead_s=0.0, per_seq_overhead_s=0.0)
-    moe = replace(moe, calibration=cal)  # type: ignore[type-var]
-    dense = replace(dense, calibration=cal)  # type: ignore[type-var]
+    moe = replace(moe, calibration=cal)
+    dense = replace(dense, calibration=cal)
 
-    def step(t: object, seqs: int) -> float:
-        return t.step_time_s(StepShape(0, seqs, seqs, seqs, seqs))  # type: ignore[attr-defined]
+    def step(t: StepTimeModel, seqs: int) -> float:
+        return t.step_time_s(StepShape(0, seqs, seqs, seqs, seqs))
 
     # Dense: the weights are read once whatever the batch (1 token of context each).
     assert step(dense, 16) / step(dense, 1) < 1.01
     # MoE (128 experts, top-8): batch 16 touches ~81 experts against 8 at batch 1.
     assert step(moe, 16) / step(moe, 1) > 2.0
-    assert moe.cost.expert_bytes > 0.8 * moe.cost.weight_bytes  # type: ignore[attr-defined]
+    assert moe.cost.expert_bytes > 0.8 * moe.cost.weight_bytes
 
 
 def test_formats_and_generations() -> None:
@@ -81,7 +82,7 @@ def test_formats_and_generations() -> None:
     assert generation(lookup_gpu("H200")) == "hopper"
     assert generation(lookup_gpu("A100-SXM-80GB")) == "ampere"
     assert generation(lookup_gpu("B200")) == "blackwell"
-    cost = _timing("openai--gpt-oss-20b").cost  # type: ignore[attr-defined]
+    cost = _timing("openai--gpt-oss-20b").cost
     assert cost.weight_format == "mxfp4" and cost.quantized_experts
     assert not cost.quantized_dense  # gpt-oss keeps attention in bf16
 
@@ -91,9 +92,9 @@ def test_generation_constants_cover_gpus_without_their_own() -> None:
     assert calibration_source(lookup_gpu("H100-PCIE-80GB")) == "generation"
     assert calibration_source(lookup_gpu("B200")) == "nearest generation"
     b200 = _timing("Qwen--Qwen3-8B", gpu="B200")  # no Blackwell runs: Hopper's factors
-    assert b200.calibration == GENERATION_CALIBRATION["hopper"]  # type: ignore[attr-defined]
+    assert b200.calibration == GENERATION_CALIBRATION["hopper"]
     h200 = _timing("Qwen--Qwen3-8B", gpu="H200")
-    assert h200.calibration == GENERATION_CALIBRATION["hopper"]  # type: ignore[attr-defined]
+    assert h200.calibration == GENERATION_CALIBRATION["hopper"]
 
 
 def test_request_overhead_adds_to_ttft_not_tpot() -> None:
