@@ -43,6 +43,7 @@ MODELS = {
     "openai/gpt-oss-120b": "openai--gpt-oss-120b",
     "openai/gpt-oss-20b": "openai--gpt-oss-20b",
     "deepseek-ai/DeepSeek-R1": "deepseek-ai--DeepSeek-R1",
+    "deepseek-ai/DeepSeek-R1-0528": "deepseek-ai--DeepSeek-R1",  # same architecture
 }
 # Flags that change nothing the simulator models, or that it models (value kept).
 KEPT_FLAGS = {"--max-model-len", "-tp", "--tensor-parallel-size", "--max-num-batched-tokens",
@@ -182,10 +183,11 @@ def main() -> None:
     print(f"{len(doc['points'])} points -> {OUT}")
 
 
-SPLIT_RULE = ("held out: every point of the models named in HELD_OUT_MODELS (never seen by the "
-              "fit), and every second point (in page order) of each other (GPU, model, TP) "
-              "series; fit: the rest")
+SPLIT_RULE = ("held out: every point of the models in HELD_OUT_MODELS and of the GPUs in "
+              "HELD_OUT_GPUS (never seen by the fit), and every second point (in page "
+              "order) of each other (GPU, model, TP) series; fit: the rest")
 HELD_OUT_MODELS = ("Qwen--Qwen3-14B", "openai--gpt-oss-20b")
+HELD_OUT_GPUS = ("H200",)
 
 
 def dedupe(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -211,7 +213,8 @@ def assign_splits(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         series = (p["gpu"], p["model"], p["tp"])
         n = count.get(series, 0)
         count[series] = n + 1
-        p["split"] = "holdout" if p["model"] in HELD_OUT_MODELS or n % 2 == 1 else "fit"
+        held = p["model"] in HELD_OUT_MODELS or p["gpu"] in HELD_OUT_GPUS or n % 2 == 1
+        p["split"] = "holdout" if held else "fit"
     return points
 
 
