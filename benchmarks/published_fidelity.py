@@ -262,7 +262,8 @@ def fit(points: list[dict[str, Any]], start: Calibrations, rounds: int = 3,
 def describe(cal: Calibration) -> str:
     formats = ", ".join(f"{f} {v:.2f}" for f, v in cal.format_efficiency) or "none"
     return (f"bandwidth {cal.bandwidth_efficiency:.3f}, compute {cal.compute_efficiency:.3f}, "
-            f"MoE kernels {cal.moe_kernel_efficiency:.3f}, formats ({formats}), step "
+            f"MoE kernels {cal.moe_kernel_efficiency:.3f}, MoE prefill "
+            f"{cal.moe_compute_efficiency:.3f}, formats ({formats}), step "
             f"{cal.step_overhead_s * 1000:.2f} ms, per sequence {cal.per_seq_overhead_s * 1e6:.0f}"
             f" us, per request {cal.request_overhead_s * 1000:.1f} ms")
 
