@@ -1,17 +1,27 @@
 """Simulator fidelity: published vLLM measurements vs the simulator, with % error.
 
-    .venv/bin/python benchmarks/sim_fidelity.py [--fit] [--only throughput|concurrency]
+    .venv/bin/python benchmarks/sim_fidelity.py [--fit] [--only throughput|concurrency|published]
+    .venv/bin/python benchmarks/sim_fidelity.py --only published [--split fit|holdout|all]
+        [--fit-published ROUNDS] [--write-bands]
 
-Two sets, each replayed on the simulated clock with the published lengths and arrivals:
+Three sets, each replayed on the simulated clock with the published lengths and arrivals:
+  * published: benchmarks/data/published_serving.json (vLLM V1 runs harvested by
+    benchmarks/harvest_gpustack.py; dense and MoE, bf16/fp8/mxfp4): per point TTFT, TPOT
+    and output throughput, medians per GPU and model family (published_fidelity.py).
+    The shipped constants (GENERATION_CALIBRATION in inferplane/sim/timing.py)
+    are fitted on its `fit` split with `--fit-published N`; `--write-bands` stores the
+    held-out errors in inferplane/sim/error_bands.json, which `capacity` and
+    `bench` quote. The held-out split is what the default report prints.
   * throughput: tests/data/vllm_perf/measurements.json (output tok/s of single runs);
     `--fit` grid-searches the shared calibration on its `calibrate` split first.
   * concurrency: benchmarks/data/vllm_concurrency.json, TTFT and TPOT as the number of
-    concurrent requests grows (H100 and A100, Llama-3 8B TP1 and 70B TP4). Calibrations
+    concurrent requests grows (H100 and A100, Llama-3 8B TP1 and 70B TP4; vLLM 0.6 with
+    multi-step scheduling, replayed with VLLM_V0_CALIBRATION, that engine's constants). Calibrations
     are fitted on the `train` points (coordinate descent) and the `holdout` points measure
-    the error: `--fit-gpu` one per GPU (the shipped GPU_CALIBRATION), `--fit` one per
+    the error: `--fit-gpu` one per GPU (VLLM_V0_CALIBRATION), `--fit` one per
     series (GPU x model); `--generic` runs the default constants on every GPU.
 Without flags the shipped calibration is used: each GPU's measured constants where there
-are some, else DEFAULT_CALIBRATION.
+are some, else its generation's, else DEFAULT_CALIBRATION (vLLM 0.6 runs: VLLM_V0_CALIBRATION).
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from inferplane.sim.config import SimEngineConfig
 from inferplane.sim.core import EngineCore, KvCapacity
 from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
 from inferplane.sim.scheduler import SimRequest
-from inferplane.sim.timing import DEFAULT_CALIBRATION, Calibration
+from inferplane.sim.timing import DEFAULT_CALIBRATION, VLLM_V0_CALIBRATION, Calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "vllm_perf" / "measurements.json"
@@ -227,8 +237,9 @@ def concurrency_report(mode: str = "shipped", max_num_seqs: int | None = None) -
     doc = json.loads(SWEEPS.read_text())
     calibrations: dict[str, Calibration] = {}
     for series in doc["series"]:
-        if mode == "shipped":
-            calibrations[series["id"]] = DEFAULT_CALIBRATION  # resolved per GPU by the model
+        if mode == "shipped":  # the sweeps ran vLLM 0.6: that engine's fitted constants
+            calibrations[series["id"]] = VLLM_V0_CALIBRATION.get(series["gpu"],
+                                                                 DEFAULT_CALIBRATION)
         elif mode == "generic":
             calibrations[series["id"]] = replace(DEFAULT_CALIBRATION)  # a copy: used as is
         elif mode == "series":
@@ -264,6 +275,40 @@ def concurrency_report(mode: str = "shipped", max_num_seqs: int | None = None) -
     return held
 
 
+def _entry_calibration(entry: dict[str, Any], calibration: Calibration) -> Calibration:
+    """vLLM 0.6 entries (multi-step scheduling) replay with that engine's constants."""
+    if calibration is DEFAULT_CALIBRATION and "v0.6" in entry.get("vllm", ""):
+        return VLLM_V0_CALIBRATION.get(entry["gpu"], DEFAULT_CALIBRATION)
+    return calibration
+
+
+def published(split: str, fit_rounds: int, write_bands: bool) -> None:
+    import published_fidelity as pf
+
+    from inferplane.sim.timing import GENERATION_CALIBRATION
+
+    points = pf.load_points()
+    calibrations = None
+    if fit_rounds:
+        start = {g: GENERATION_CALIBRATION.get(g, DEFAULT_CALIBRATION)
+                 for g in sorted({pf.gpu_generation(p) for p in points})}
+        calibrations = pf.fit([p for p in points if p["split"] == "fit"], start, fit_rounds)
+        print("fitted (paste into GENERATION_CALIBRATION):")
+        for g, cal in calibrations.items():
+            print(f"  {g}: {cal!r}")
+    chosen = [p for p in points if split == "all" or p["split"] == split]
+    rows, skipped = pf.print_report(pf.replay_all(chosen, calibrations), split)
+    if write_bands:
+        if split != "holdout" or fit_rounds:
+            raise SystemExit("--write-bands takes the shipped constants on the holdout split")
+        doc = pf.bands_document(rows, skipped)
+        from inferplane.sim.error_bands import BANDS_FILE
+        tmp = BANDS_FILE.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        tmp.replace(BANDS_FILE)
+        print(f"wrote {BANDS_FILE}")
+
+
 def throughput_report(fit_shared: bool) -> None:
     entries = json.loads(DATA.read_text())["entries"]
     calibration = DEFAULT_CALIBRATION
@@ -273,7 +318,7 @@ def throughput_report(fit_shared: bool) -> None:
     print(f"{'entry':52} {'split':9} {'metric':17} {'measured':>9} {'simulated':>9} {'err%':>7}")
     held: list[float] = []
     for entry in entries:
-        metric, measured, simulated = simulate(entry, calibration)
+        metric, measured, simulated = simulate(entry, _entry_calibration(entry, calibration))
         err = (simulated - measured) / measured * 100
         if entry["split"] == "holdout":
             held.append(abs(err))
@@ -293,7 +338,16 @@ def main() -> None:
     parser.add_argument("--generic", action="store_true",
                         help="concurrency set: the default constants on every GPU (before "
                              "per-GPU calibration)")
-    parser.add_argument("--only", choices=("throughput", "concurrency"), default=None)
+    parser.add_argument("--only", choices=("throughput", "concurrency", "published"),
+                        default=None)
+    parser.add_argument("--split", choices=("holdout", "fit", "all"), default="holdout",
+                        help="published set: which points to report (default: held out)")
+    parser.add_argument("--fit-published", type=int, default=0, metavar="ROUNDS",
+                        help="published set: fit the per-generation constants on the fit "
+                             "split first (median-ratio rounds), then report with them")
+    parser.add_argument("--write-bands", action="store_true",
+                        help="published set: store the held-out errors of the shipped "
+                             "constants in inferplane/sim/error_bands.json")
     parser.add_argument("--max-num-seqs", type=int, default=None,
                         help="concurrency set: override the engines' max_num_seqs")
     args = parser.parse_args()
@@ -303,6 +357,8 @@ def main() -> None:
         mode = ("gpu" if args.fit_gpu else "series" if args.fit else
                 "generic" if args.generic else "shipped")
         concurrency_report(mode, args.max_num_seqs)
+    if args.only in (None, "published"):
+        published(args.split, args.fit_published, args.write_bands)
 
 
 if __name__ == "__main__":

@@ -62,13 +62,18 @@ def test_sweep_and_mix_on_a_fleet_file(tmp_path: Path) -> None:
                                 "--output-len", "4"])
     assert swept.exit_code == 0, swept.output
     assert "saturation sweep" in swept.output
+    # The simulator's measured error for the fleet's GPU (H100 SXM) and family is stated.
+    assert "a on H100-SXM-80GB: simulated timing: ±" in swept.output
     # wall-clock levels: the knee is 2 (max_num_seqs) or, when 4 still ran faster, not reached
     assert re.search(r"knee \(sweet spot\): (concurrency 2|not reached)", swept.output)
     mixed = runner.invoke(app, ["bench", str(fleet), "--mix", "a=1,b=1", "--num-requests", "8",
                                 "--concurrency", "4", "--input-len", "16", "--output-len", "4",
                                 "--json"])
     assert mixed.exit_code == 0, mixed.output
-    per_model = json.loads(mixed.output)["run"]["per_model"]
+    document = json.loads(mixed.output)
+    assert any(line.startswith("b on H100-SXM-80GB: simulated timing: ±")
+               for line in document["simulator_timing"])
+    per_model = document["run"]["per_model"]
     assert set(per_model) == {"a", "b"}
     assert sum(m["completed"] for m in per_model.values()) == 8
 

@@ -90,6 +90,11 @@ def test_s4_answer_is_planned_by_the_planner() -> None:
     assert model.binding in ("memory", "KV capacity", "compute") and model.detail
     assert answer.evaluated == model.evaluated >= 5
     assert model.best.p_tpot_ms <= 40 and model.best.p_ttft_ms <= 2000
+    # The answer states the simulator's measured error for its GPU type and model family
+    # (or, for a GPU without held-out published runs, warns what is missing).
+    gpu = model.best.candidate.gpu_type
+    band = [n for n in answer.notes if n.startswith(f"qwen3-8b on {gpu}: ")]
+    assert band and ("held-out published vLLM runs" in band[0] or "not validated" in band[-1])
     raw = yaml.safe_load(S4_FLEET.read_text())
     fragment = fleet_fragment(fleet, raw, answer)
     (entry,) = fragment["models"]
@@ -118,6 +123,8 @@ def test_capacity_cli_on_s2_writes_a_fragment_plan_accepts(tmp_path: Path) -> No
     assert row["cost"]["usd_per_m_output_tokens"] > 0
     assert row["cost"]["breakeven_output_tokens_per_day"] > 0
     assert data["plan_check"].startswith("inferplane plan accepts it")
+    assert any(n.startswith(f"{row['model']} on A100-SXM-80GB: simulated timing: ±")
+               and "held-out published vLLM runs" in n for n in data["notes"]), data["notes"]
     planned = runner.invoke(app, ["plan", str(fragment), "--time-limit-s", "0"])
     assert planned.exit_code == 0, planned.output
 

@@ -191,17 +191,13 @@ def _engine_parts(
     """The simulator's engine for these settings (as `sim.build.build_parts`
     resolves one, but from the planner's full settings), or None when it does not fit."""
     from inferplane.estimator.memory import estimate_memory
-    from inferplane.gpus import GIB
-    from inferplane.sim.timing import StepTimeModel, model_cost
+    from inferplane.sim.build import step_time_model
 
     memory = estimate_memory(profile, settings, gpu=gpu)
     if not memory.fits or memory.num_gpu_blocks < 1:
         return None
-    cost = model_cost(profile, weight_bytes_per_gpu=memory.weights_gib * GIB,
-                      kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu,
-                      tensor_parallel_size=settings.tensor_parallel_size)
-    fp8 = memory.quantization in ("fp8", "modelopt", "fbgemm_fp8") and gpu.supports_fp8
-    return EngineParts(memory, StepTimeModel(cost=cost, gpu=gpu, use_fp8_compute=fp8))
+    return EngineParts(memory, step_time_model(profile, memory, gpu,
+                                               settings.tensor_parallel_size))
 
 
 class _Search:
@@ -286,7 +282,9 @@ class _Search:
         fresh = sum(len(a.prompt_token_ids) * (1 - share) for a in self._unit) / n
         out = sum(a.output_tokens for a in self._unit) / n
         prefill = fresh * timing.cost.linear_flops_per_token / flops_per_s
-        decode = out / candidate.max_num_seqs * timing.cost.weight_bytes / bandwidth
+        # A full batch's weight read (an MoE batch touches only some experts).
+        seqs = candidate.max_num_seqs
+        decode = out / seqs * timing.weight_read_s(seqs, bandwidth)
         rate = self.traffic.peak_rps
         if prefill >= decode:
             return rate * prefill, "prefill FLOPs"
@@ -444,7 +442,17 @@ def plan_capacity(
                                        search.load_bound(best.candidate)[1])
         answers.append(ModelAnswer(name, model_traffic, best, below, binding, detail,
                                    search.evaluated, unfit))
+        notes.extend(_timing_band(name, best.candidate))
     return CapacityAnswer(answers, slo, total, time.perf_counter() - started, prices, notes)
+
+
+def _timing_band(model: str, candidate: Candidate) -> list[str]:
+    """The simulator's measured error for this GPU type and model family (error_bands)."""
+    from inferplane.sim.error_bands import band_lines
+
+    cost = candidate.parts.timing.cost
+    return band_lines(model, candidate.parts.timing.gpu, cost.num_experts > 0,
+                      cost.weight_format)
 
 
 def _price_key(name: str) -> str:

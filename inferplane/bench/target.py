@@ -100,6 +100,30 @@ def sim_replicas(
     return out
 
 
+def timing_band_lines(replicas: list[SimReplica]) -> list[str]:
+    """The simulator's measured error band (or what no data backs) per distinct model and
+    GPU type of the replicas (inferplane.sim.error_bands)."""
+    from inferplane.gpus import lookup_gpu
+    from inferplane.sim.build import resolve_profile
+    from inferplane.sim.error_bands import band_lines
+    from inferplane.sim.formats import weight_format
+
+    lines: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for replica in replicas:
+        key = (replica.model, replica.config.gpu)
+        if key in seen:
+            continue
+        seen.add(key)
+        profile = resolve_profile(replica.config)
+        if profile.default_task != "generate":
+            continue  # embeddings: no published serving runs are replayed
+        method = profile.quantization.method if profile.quantization else None
+        lines += band_lines(replica.model, lookup_gpu(replica.config.gpu), profile.is_moe,
+                            weight_format(method))
+    return lines
+
+
 class FleetOnSim:
     """`with FleetOnSim(path) as target:` - the fleet's gateway URL and models."""
 

@@ -49,19 +49,20 @@ def _mix(text: str | None) -> list[tuple[str, float]]:
 
 
 @contextmanager
-def _target(target: str) -> Iterator[tuple[str, list[str], list[str], Any]]:
-    """(base URL, models it serves, engine URLs to scrape, plan or None)."""
+def _target(target: str) -> Iterator[tuple[str, list[str], list[str], Any, list[str]]]:
+    """(base URL, models it serves, engine URLs to scrape, plan or None, notes on the
+    simulator's measured timing error for a fleet run on it)."""
     if target.startswith(("http://", "https://")):
-        yield target.rstrip("/"), [], [target.rstrip("/")], None
+        yield target.rstrip("/"), [], [target.rstrip("/")], None, []
         return
     path = Path(target)
     if not path.is_file():
         raise InferplaneError("not a URL nor a fleet file", field="TARGET", value=target,
                               fix="http://host:port, or a fleet file to run on the simulator")
-    from inferplane.bench.target import FleetOnSim
+    from inferplane.bench.target import FleetOnSim, timing_band_lines
 
     with FleetOnSim(path) as sim:
-        yield sim.url, sim.models, sim.engine_urls, sim.plan
+        yield sim.url, sim.models, sim.engine_urls, sim.plan, timing_band_lines(sim.replicas)
 
 
 async def _served_models(url: str) -> list[str]:
@@ -218,7 +219,7 @@ def bench(
     approximate = _dataset(dataset, 1, input_len, output_len, range_ratio, dataset_path,
                            prefix_len, num_prefixes, tokenizer, time_scale, seed
                            ).approximate_counts if dataset != "sharegpt" else tokenizer is None
-    with _target(target) as (url, models, engine_urls, plan):
+    with _target(target) as (url, models, engine_urls, plan, timing_notes):
         chosen = model or (models[0] if models else None)
         if chosen is None:
             served = asyncio.run(_served_models(url))
@@ -239,6 +240,8 @@ def bench(
         if approximate else "tokenizer",
         "slo": targets,
     }
+    if timing_notes:
+        document["simulator_timing"] = timing_notes
     if run is not None:
         run.server = server
         document["run"] = run.as_dict()
@@ -366,6 +369,8 @@ def _print(document: dict[str, Any], run: RunResult | None, swept: Sweep | None)
     from inferplane.bench.cost import describe
 
     console = Console(highlight=False)
+    for note in document.get("simulator_timing", []):
+        console.print(note, markup=False)
     if run is not None:
         s = run.summary
         console.print(f"[bold]{document['model']}[/] at {run.load.describe()}: "

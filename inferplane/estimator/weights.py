@@ -150,6 +150,12 @@ def _expert_padding(profile: ModelProfile, fmt: WeightFormat, tp: int) -> float:
     return padded / (hidden * inter)
 
 
+def expert_bytes_per_gpu(profile: ModelProfile, fmt: WeightFormat, tp: int) -> float:
+    """Bytes of all routed experts on one TP rank (vLLM shards every expert over TP)."""
+    rate = fmt.quantized_bytes_per_param if fmt.quantizes_experts else DTYPE_BYTES[fmt.dtype]
+    return profile.params.experts / tp * rate * _expert_padding(profile, fmt, tp)
+
+
 def _rope_cache_bytes(profile: ModelProfile, dtype_bytes: int) -> int:
     """RotaryEmbedding keeps a cos/sin table of max_position x rotary_dim in the model dtype."""
     rotary_dim = (profile.qk_rope_head_dim or 0) if profile.uses_mla else profile.head_dim

@@ -9,11 +9,18 @@ from typing import Any
 from inferplane.errors import InferplaneError
 from inferplane.estimator.memory import estimate_memory
 from inferplane.estimator.types import EngineSettings, MemoryEstimate
+from inferplane.estimator.weights import expert_bytes_per_gpu, weight_format
 from inferplane.gpus import GIB, GpuSpec, lookup_gpu
 from inferplane.models import ModelProfile, load_profile, profile_from_config
 from inferplane.models.profile import Task
 from inferplane.sim.config import SimEngineConfig
-from inferplane.sim.timing import StepTimeModel, model_cost
+from inferplane.sim.formats import weight_format as format_name
+from inferplane.sim.timing import (
+    DEFAULT_CALIBRATION,
+    Calibration,
+    StepTimeModel,
+    model_cost,
+)
 from inferplane.sim.tokens import Tokenizer, load_tokenizer
 
 # Built-in profile when neither a model directory nor a config is given: the shape of
@@ -116,24 +123,36 @@ def build_parts(config: SimEngineConfig, profile: ModelProfile | None = None) ->
             field="model",
             fix="use a bigger GPU, a larger --tensor-parallel-size or a smaller --max-model-len",
         )
-    cost = model_cost(
-        profile,
-        weight_bytes_per_gpu=memory.weights_gib * GIB,
-        kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu,
-        tensor_parallel_size=config.tensor_parallel_size,
-    )
-    fp8 = memory.quantization in ("fp8", "modelopt", "fbgemm_fp8") and gpu.supports_fp8
-    timing = StepTimeModel(
-        cost=cost,
-        gpu=gpu,
-        calibration=config.calibration,
-        use_fp8_compute=fp8,
-        slowdown=config.faults.slowdown,
-    )
+    timing = step_time_model(profile, memory, gpu, config.tensor_parallel_size,
+                             config.calibration, config.faults.slowdown)
     tokenizer = load_tokenizer(config.model_dir, profile.vocab_size)
     is_matryoshka, dimensions = _matryoshka(config)
     return EngineParts(config, profile, gpu, memory, timing, tokenizer, is_matryoshka,
                        dimensions)
+
+
+def step_time_model(profile: ModelProfile, memory: MemoryEstimate, gpu: GpuSpec, tp: int,
+                    calibration: Calibration = DEFAULT_CALIBRATION,
+                    slowdown: float = 1.0) -> StepTimeModel:
+    """The step-time model of `profile` on `gpu` x `tp` with the estimator's byte counts:
+    routed-expert bytes apart (MoE reads only the experts a step touches) and the weight
+    format, so quantized kernels run at their fitted efficiency."""
+    fmt = weight_format(profile, memory.dtype, memory.quantization)
+    quantized = memory.quantization is not None
+    weights = memory.weights_gib * GIB
+    cost = model_cost(
+        profile,
+        weight_bytes_per_gpu=weights,
+        kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu,
+        tensor_parallel_size=tp,
+        expert_bytes_per_gpu=min(expert_bytes_per_gpu(profile, fmt, tp), weights),
+        weight_format=format_name(memory.quantization),
+        quantized_dense=fmt.quantizes_linear and quantized,
+        quantized_experts=fmt.quantizes_experts and quantized,
+    )
+    fp8 = memory.quantization in ("fp8", "modelopt", "fbgemm_fp8") and gpu.supports_fp8
+    return StepTimeModel(cost=cost, gpu=gpu, calibration=calibration, use_fp8_compute=fp8,
+                         slowdown=slowdown)
 
 
 def _matryoshka(config: SimEngineConfig) -> tuple[bool, tuple[int, ...] | None]:

@@ -4,6 +4,9 @@ Steps are computed on a simulated clock that runs at most one tick ahead of the 
 clock; the tokens of a tick are delivered when the wall clock reaches the end of its last
 step. Token timestamps (and so every latency metric) are the simulated ones, exact; only
 delivery is batched by up to `tick_s`, which keeps 50 busy engines cheap on two cores.
+The timing model's per-request serving cost (`request_overhead_s`: API server work around
+the GPU's steps) delays every token's delivery by that much, so a client's TTFT and
+end-to-end latency include it and its TPOT does not.
 """
 
 from __future__ import annotations
@@ -116,7 +119,12 @@ class SimEngine:
                 await asyncio.sleep(delay)
             else:
                 await asyncio.sleep(0)  # let handlers run even when steps are free
+            overhead = self.core.timing.request_overhead_s
             for event in events:
                 queue = self._streams.get(event.request)
-                if queue is not None:
+                if queue is None:
+                    continue
+                if overhead > 0:
+                    loop.call_later(overhead, queue.put_nowait, event)
+                else:
                     queue.put_nowait(event)

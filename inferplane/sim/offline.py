@@ -2,11 +2,15 @@
 
 Used by the fidelity benchmark and by tests that need deterministic timing. Mirrors
 `vllm bench serve`: requests arrive all at once (`request_rate=inf`), at a fixed rate, or
-are issued by `max_concurrency` closed-loop clients.
+are issued by `max_concurrency` closed-loop clients. The timing model's per-request serving
+cost (`request_overhead_s`, outside the GPU's steps) is what a client sees on top: it
+adds to each TTFT, and a closed-loop client sends its next request that much after the
+engine finished the last one; the run ends when the last client saw its last token.
 """
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ class WorkloadResult:
     mean_ttft_s: float
     median_ttft_s: float
     mean_tpot_s: float
+    median_tpot_s: float
     peak_waiting: int
     peak_kv_usage: float
     prefix_hit_rate: float
@@ -50,9 +55,11 @@ def run_workload(
 ) -> WorkloadResult:
     """Simulate `items` to completion; `request_rate=None` means all arrive at t=0."""
     pending = deque(items)
+    overhead = core.timing.request_overhead_s
     now = 0.0
     next_arrival = 0.0
     in_flight = 0
+    releases: list[float] = []  # when finished requests' clients see their last token
     done: list[SimRequest] = []
     peak_waiting = 0
     peak_kv = 0.0
@@ -71,6 +78,9 @@ def run_workload(
         in_flight += 1
 
     while pending or core.has_work:
+        while releases and releases[0] <= now:
+            heapq.heappop(releases)
+            in_flight -= 1
         # Arrivals up to now.
         while pending and (max_concurrency is None or in_flight < max_concurrency):
             if request_rate is None:
@@ -81,7 +91,10 @@ def run_workload(
             else:
                 break
         if not core.has_work:
-            now = max(now, next_arrival)
+            if pending and max_concurrency is not None and in_flight >= max_concurrency:
+                now = max(now, releases[0])  # every client still reads its last response
+            else:
+                now = max(now, next_arrival)
             continue
         duration, events = core.step(now)
         now += duration
@@ -90,9 +103,12 @@ def run_workload(
         for event in events:
             if event.finished:
                 done.append(event.request)
-                in_flight -= 1
+                heapq.heappush(releases, now + overhead)
 
-    ttfts = [r.first_token_s - r.arrival_s for r in done if r.first_token_s is not None]
+    if done:
+        now += overhead  # the last response reaches its client
+    ttfts = [r.first_token_s - r.arrival_s + overhead for r in done
+             if r.first_token_s is not None]
     tpots = [
         (r.finished_s - r.first_token_s) / (r.num_output - 1)
         for r in done
@@ -108,6 +124,7 @@ def run_workload(
         mean_ttft_s=statistics.fmean(ttfts) if ttfts else 0.0,
         median_ttft_s=statistics.median(ttfts) if ttfts else 0.0,
         mean_tpot_s=statistics.fmean(tpots) if tpots else 0.0,
+        median_tpot_s=statistics.median(tpots) if tpots else 0.0,
         peak_waiting=peak_waiting,
         peak_kv_usage=peak_kv,
         prefix_hit_rate=prefix.hits / prefix.queries if prefix.queries else 0.0,

@@ -1,12 +1,18 @@
 """Roofline step-time model: how long one vLLM scheduler step takes on a GPU.
 
 One step runs every scheduled token through the model once. Its time is the slower of
-  * memory: reading the weights once plus the KV cache of every scheduled sequence, and
+  * memory: reading the weights the step touches (all of a dense model; for an MoE model
+    the dense part plus the routed experts its tokens were sent to, `moe_read.py`) at the
+    format's kernel efficiency (`formats.py`), plus the KV cache of every scheduled
+    sequence, and
   * compute: 2 FLOPs per active parameter per token plus attention (4 FLOPs per
     query-token x context-token pair per head dim),
 plus tensor-parallel all-reduces and a fixed per-step host overhead (scheduling, sampling,
-kernel launches). Efficiency factors turn peak bandwidth/FLOPs into achieved ones; they are
-calibrated against published vLLM measurements (benchmarks/sim_fidelity.py).
+kernel launches). A fixed per-request serving cost (`request_overhead_s`: HTTP, chat
+template, tokenization, detokenization, the first streamed chunk) is added to what a
+client sees (TTFT and end-to-end latency), outside the GPU's steps. Efficiency factors
+turn peak bandwidth/FLOPs into achieved ones; they are fitted per GPU generation on
+published vLLM runs (benchmarks/sim_fidelity.py, docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from dataclasses import dataclass
 
 from inferplane.gpus.spec import GpuSpec
 from inferplane.models.profile import ModelProfile
+from inferplane.sim.formats import generation
+from inferplane.sim.moe_read import weight_bytes_read
 
 # Latency of one NCCL all-reduce launch inside a step (small messages), seconds.
 _ALLREDUCE_LATENCY_S = 8e-6
@@ -33,6 +41,22 @@ class Calibration:
     # `fixed_decode_step_s`. Either one set switches the roofline off.
     fixed_prefill_step_s: float | None = None
     fixed_decode_step_s: float | None = None
+    # Client-visible cost per request outside the engine's steps (API server in and out):
+    # added to TTFT and end-to-end latency, never to TPOT. Ignored with fixed step times.
+    request_overhead_s: float = 0.0
+    # Routed-expert (fused MoE) kernels on bf16 experts: achieved fraction of the dense
+    # kernels' bandwidth when reading experts.
+    moe_kernel_efficiency: float = 1.0
+    # MoE prefill: achieved fraction of compute_efficiency (grouped expert GEMMs, routing).
+    moe_compute_efficiency: float = 1.0
+    # Quantized weight formats (formats.weight_format): fraction of bf16's achieved
+    # bandwidth their kernels reach on this GPU (dense and expert weights in that format:
+    # it replaces moe_kernel_efficiency for quantized experts); a format not listed runs
+    # at 1.0.
+    format_efficiency: tuple[tuple[str, float], ...] = ()
+
+    def format_factor(self, fmt: str) -> float:
+        return dict(self.format_efficiency).get(fmt, 1.0)
 
 
 # Fitted on the calibration split of tests/data/vllm_perf by `benchmarks/sim_fidelity.py --fit`
@@ -45,12 +69,13 @@ DEFAULT_CALIBRATION = Calibration(
     per_seq_overhead_s=2.0e-5,
 )
 
-# Per GPU where published sweeps exist: fitted on the `train` points (10 and 160 concurrent
-# requests; Llama-3 8B TP1 and 70B TP4 together) of benchmarks/data/vllm_concurrency.json
-# by `benchmarks/sim_fidelity.py --fit-gpu`; its `holdout` points (40, 80, 640) measure the
-# error (docs/bench.md). A100s reach a larger fraction of their (lower) peak FLOPs in
-# prefill than H100s. The per-sequence cost is held at 10 us, not fitted (see the script).
-GPU_CALIBRATION: dict[str, Calibration] = {
+# vLLM 0.6 (V0 engine, multi-step scheduling), not what the simulator models by default:
+# fitted on the `train` points (10 and 160 concurrent requests; Llama-3 8B TP1 and 70B TP4
+# together) of benchmarks/data/vllm_concurrency.json by `benchmarks/sim_fidelity.py
+# --fit-gpu`; its `holdout` points (40, 80, 640) measure the error (docs/bench.md). The
+# fidelity benchmark replays those vLLM 0.6 runs with these; pass one as `calibration`
+# to simulate that engine. The per-sequence cost is held at 10 us, not fitted.
+VLLM_V0_CALIBRATION: dict[str, Calibration] = {
     "H100-SXM-80GB": Calibration(
         bandwidth_efficiency=0.75, compute_efficiency=0.35, step_overhead_s=0.001,
         per_seq_overhead_s=1.0e-5,
@@ -62,12 +87,62 @@ GPU_CALIBRATION: dict[str, Calibration] = {
 }
 
 
-def calibration_for(gpu_name: str, calibration: Calibration = DEFAULT_CALIBRATION) -> Calibration:
+# Per GPU type, over its generation's constants below; none shipped (every published V1
+# run is on a GPU type whose generation constants fit it).
+GPU_CALIBRATION: dict[str, Calibration] = {}
+
+# Per GPU generation (formats.generation), for vLLM V1 (0.10+): fitted on the fit split of
+# benchmarks/data/published_serving.json by `benchmarks/sim_fidelity.py --fit`; a GPU of a
+# generation listed here (H100 PCIe, H200 from the Hopper fit) uses it when GPU_CALIBRATION
+# has no entry of its own. The held-out split measures the error (docs/simulator.md).
+# Four rounds of `--fit-published` (two, then two more after moe_compute_efficiency
+# was added), starting from the vLLM 0.6 values. Ampere's bandwidth stays at
+# its vLLM 0.6 value: the fit split has no low-concurrency dense bf16 run on an A100.
+# Quantized weights on Ampere run through weight-only (Marlin-style) kernels: fp8 0.19.
+GENERATION_CALIBRATION: dict[str, Calibration] = {
+    "hopper": Calibration(
+        bandwidth_efficiency=0.785, compute_efficiency=0.270, step_overhead_s=0.001,
+        per_seq_overhead_s=1.0e-5, request_overhead_s=0.0457, moe_kernel_efficiency=0.428,
+        moe_compute_efficiency=1.15, format_efficiency=(("fp8", 0.36), ("mxfp4", 0.539)),
+    ),
+    "ampere": Calibration(
+        bandwidth_efficiency=0.65, compute_efficiency=0.559, step_overhead_s=0.0005,
+        per_seq_overhead_s=1.0e-5, request_overhead_s=0.0457, moe_kernel_efficiency=0.269,
+        moe_compute_efficiency=0.639, format_efficiency=(("fp8", 0.192), ("mxfp4", 0.696)),
+    ),
+}
+
+
+# A generation without published runs borrows the nearest fitted one's factors (applied
+# to its own peak bandwidth and FLOPs from the catalog); error_bands warns that no run
+# backs it.
+NEAREST_GENERATION = {"blackwell": "hopper", "ada": "ampere", "turing": "ampere",
+                      "volta": "ampere", "unknown": "hopper"}
+
+
+def calibration_for(gpu_name: str, calibration: Calibration = DEFAULT_CALIBRATION,
+                    gpu_generation: str | None = None) -> Calibration:
     """The constants an engine on `gpu_name` runs with: an explicit calibration as given;
-    the shipped default replaced by the GPU's measured one where there is one."""
+    the shipped default replaced by the GPU's measured one, else its generation's, else
+    the nearest fitted generation's."""
     if calibration is DEFAULT_CALIBRATION:
-        return GPU_CALIBRATION.get(gpu_name, DEFAULT_CALIBRATION)
+        if gpu_name in GPU_CALIBRATION:
+            return GPU_CALIBRATION[gpu_name]
+        gen = gpu_generation or ""
+        if gen not in GENERATION_CALIBRATION:
+            gen = NEAREST_GENERATION.get(gen, "")
+        return GENERATION_CALIBRATION.get(gen, DEFAULT_CALIBRATION)
     return calibration
+
+
+def calibration_source(gpu: GpuSpec) -> str:
+    """Where the shipped constants for `gpu` come from: "gpu", "generation" (its own) or
+    "nearest generation" (borrowed: no published runs of its generation)."""
+    if gpu.name in GPU_CALIBRATION:
+        return "gpu"
+    if generation(gpu) in GENERATION_CALIBRATION:
+        return "generation"
+    return "nearest generation"
 
 
 @dataclass(frozen=True)
@@ -92,6 +167,15 @@ class ModelCost:
     allreduce_bytes_per_token: float  # 2 all-reduces per layer x hidden x 2 bytes
     allreduces_per_step: int
     tensor_parallel_size: int
+    # MoE: bytes of all routed experts on this GPU (a part of weight_bytes), read in
+    # proportion to the experts a step's tokens touch (moe_read.py).
+    expert_bytes: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    # The checkpoint's weight format (formats.weight_format) and which weights it covers.
+    weight_format: str = "bf16"
+    quantized_dense: bool = False  # projections are in weight_format (else bf16)
+    quantized_experts: bool = False  # routed experts are in weight_format
 
 
 def model_cost(
@@ -100,6 +184,10 @@ def model_cost(
     weight_bytes_per_gpu: float,
     kv_bytes_per_token_per_gpu: float,
     tensor_parallel_size: int,
+    expert_bytes_per_gpu: float = 0.0,
+    weight_format: str = "bf16",
+    quantized_dense: bool = False,
+    quantized_experts: bool = False,
 ) -> ModelCost:
     """Derive the per-GPU costs from a profile and the estimator's byte counts."""
     tp = tensor_parallel_size
@@ -115,6 +203,12 @@ def model_cost(
         allreduce_bytes_per_token=2.0 * profile.num_layers * profile.hidden_size * 2.0,
         allreduces_per_step=2 * profile.num_layers if tp > 1 else 0,
         tensor_parallel_size=tp,
+        expert_bytes=expert_bytes_per_gpu if profile.is_moe else 0.0,
+        num_experts=profile.num_experts,
+        experts_per_token=profile.num_experts_per_tok,
+        weight_format=weight_format,
+        quantized_dense=quantized_dense,
+        quantized_experts=quantized_experts,
     )
 
 
@@ -130,7 +224,8 @@ class StepTimeModel:
 
     def __post_init__(self) -> None:
         # The shipped default stands for "the measured constants of this GPU, if any".
-        object.__setattr__(self, "calibration", calibration_for(self.gpu.name, self.calibration))
+        object.__setattr__(self, "calibration", calibration_for(
+            self.gpu.name, self.calibration, generation(self.gpu)))
 
     def step_time_s(self, shape: StepShape) -> float:
         """Seconds one step of this shape takes; 0 for an empty step."""
@@ -140,14 +235,16 @@ class StepTimeModel:
         if cal.fixed_prefill_step_s is not None or cal.fixed_decode_step_s is not None:
             return self._fixed_step_s(shape) * self.slowdown
         bandwidth = self.gpu.memory_bandwidth_gbps * 1e9 * cal.bandwidth_efficiency
-        read_bytes = self.cost.weight_bytes + self.cost.kv_bytes_per_token * shape.context_tokens
-        memory_s = read_bytes / bandwidth
+        tokens = shape.prefill_tokens + shape.decode_seqs
+        memory_s = (self.weight_read_s(tokens, bandwidth)
+                    + self.cost.kv_bytes_per_token * shape.context_tokens / bandwidth)
 
         peak_tflops = self.gpu.bf16_tflops
         if self.use_fp8_compute and self.gpu.fp8_tflops is not None:
             peak_tflops = self.gpu.fp8_tflops
         flops_per_s = peak_tflops * 1e12 * cal.compute_efficiency
-        tokens = shape.prefill_tokens + shape.decode_seqs
+        if self.cost.num_experts:
+            flops_per_s *= cal.moe_compute_efficiency
         flops = (
             self.cost.linear_flops_per_token * tokens
             + self.cost.attention_flops_per_pair * shape.attention_pairs
@@ -157,6 +254,27 @@ class StepTimeModel:
         comm_s = self._allreduce_s(tokens)
         host_s = cal.step_overhead_s + cal.per_seq_overhead_s * shape.num_seqs
         return (max(memory_s, compute_s) + comm_s + host_s) * self.slowdown
+
+    @property
+    def request_overhead_s(self) -> float:
+        """What a client waits per request beyond the engine's steps (0 with fixed steps)."""
+        cal = self.calibration
+        if cal.fixed_prefill_step_s is not None or cal.fixed_decode_step_s is not None:
+            return 0.0
+        return cal.request_overhead_s
+
+    def weight_read_s(self, tokens: int, bandwidth: float) -> float:
+        """Seconds to read the weights a step over `tokens` tokens touches: the dense part
+        always, routed experts as far as the tokens reach them; quantized parts at their
+        format's kernel efficiency on this GPU."""
+        c = self.cost
+        dense, experts = weight_bytes_read(c.weight_bytes - c.expert_bytes, c.expert_bytes,
+                                           c.num_experts, c.experts_per_token, max(tokens, 1))
+        factor = self.calibration.format_factor(c.weight_format)
+        dense_bw = bandwidth * (factor if c.quantized_dense else 1.0)
+        expert_bw = bandwidth * (factor if c.quantized_experts
+                                 else self.calibration.moe_kernel_efficiency)
+        return dense / dense_bw + experts / expert_bw
 
     def _fixed_step_s(self, shape: StepShape) -> float:
         cal = self.calibration

@@ -1,0 +1,118 @@
+"""The step-time model's terms: MoE experts touched per step, weight formats, serving
+overhead, and the per-generation constants."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferplane.gpus import lookup_gpu
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.core import EngineCore, KvCapacity
+from inferplane.sim.formats import generation, weight_format
+from inferplane.sim.moe_read import expected_distinct_experts
+from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
+from inferplane.sim.timing import (
+    DEFAULT_CALIBRATION,
+    GENERATION_CALIBRATION,
+    StepShape,
+    StepTimeModel,
+    calibration_source,
+)
+
+MODELS = Path(__file__).resolve().parent / "data" / "models"
+
+
+def _distinct_by_enumeration(experts: int, top_k: int, tokens: int) -> float:
+    """Average distinct experts over every routing (each token: a k-subset, uniformly)."""
+    subsets = list(itertools.combinations(range(experts), top_k))
+    counts = [len(set().union(*routing))
+              for routing in itertools.product(subsets, repeat=tokens)]
+    return statistics.fmean(counts)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 5), st.data())
+def test_expected_distinct_experts_matches_enumeration(experts: int, data: st.DataObject) -> None:
+    top_k = data.draw(st.integers(1, experts))
+    tokens = data.draw(st.integers(1, 3))
+    exact = _distinct_by_enumeration(experts, top_k, tokens)
+    assert abs(expected_distinct_experts(experts, top_k, tokens) - exact) < 1e-9
+
+
+def test_experts_touched_grow_from_top_k_to_all() -> None:
+    assert expected_distinct_experts(128, 8, 1) == 8
+    assert 8 < expected_distinct_experts(128, 8, 4) < 32
+    assert expected_distinct_experts(128, 8, 4096) > 127.99
+    assert expected_distinct_experts(0, 0, 10) == 0
+
+
+def _timing(model: str, gpu: str = "H100-SXM-80GB", tp: int = 1) -> StepTimeModel:
+    return build_parts(SimEngineConfig(model="m", model_config=MODELS / model, gpu=gpu,
+                                       tensor_parallel_size=tp, max_model_len=4096)).timing
+
+
+def test_moe_decode_slows_with_batch_while_it_reads_more_experts() -> None:
+    moe = _timing("Qwen--Qwen3-30B-A3B")
+    dense = _timing("Qwen--Qwen3-8B")
+    cal = replace(DEFAULT_CALIBRATION, step_overhead_s=0.0, per_seq_overhead_s=0.0)
+    moe = replace(moe, calibration=cal)
+    dense = replace(dense, calibration=cal)
+
+    def step(t: StepTimeModel, seqs: int) -> float:
+        return t.step_time_s(StepShape(0, seqs, seqs, seqs, seqs))
+
+    # Dense: the weights are read once whatever the batch (1 token of context each).
+    assert step(dense, 16) / step(dense, 1) < 1.01
+    # MoE (128 experts, top-8): batch 16 touches ~81 experts against 8 at batch 1.
+    assert step(moe, 16) / step(moe, 1) > 2.0
+    assert moe.cost.expert_bytes > 0.8 * moe.cost.weight_bytes
+
+
+def test_formats_and_generations() -> None:
+    assert weight_format(None) == "bf16"
+    assert weight_format("fp8") == "fp8" and weight_format("mxfp4") == "mxfp4"
+    assert weight_format("awq_marlin") == "int4" and weight_format("gptq") == "int4"
+    assert generation(lookup_gpu("H200")) == "hopper"
+    assert generation(lookup_gpu("A100-SXM-80GB")) == "ampere"
+    assert generation(lookup_gpu("B200")) == "blackwell"
+    cost = _timing("openai--gpt-oss-20b").cost
+    assert cost.weight_format == "mxfp4" and cost.quantized_experts
+    assert not cost.quantized_dense  # gpt-oss keeps attention in bf16
+
+
+def test_generation_constants_cover_gpus_without_their_own() -> None:
+    assert {"hopper", "ampere"} <= set(GENERATION_CALIBRATION)
+    assert calibration_source(lookup_gpu("H100-PCIE-80GB")) == "generation"
+    assert calibration_source(lookup_gpu("B200")) == "nearest generation"
+    b200 = _timing("Qwen--Qwen3-8B", gpu="B200")  # no Blackwell runs: Hopper's factors
+    assert b200.calibration == GENERATION_CALIBRATION["hopper"]
+    h200 = _timing("Qwen--Qwen3-8B", gpu="H200")
+    assert h200.calibration == GENERATION_CALIBRATION["hopper"]
+
+
+def test_request_overhead_adds_to_ttft_not_tpot() -> None:
+    def run(overhead: float, concurrency: int | None) -> tuple[float, float, float]:
+        parts = build_parts(SimEngineConfig(
+            model="m", model_config=MODELS / "Qwen--Qwen3-8B", max_model_len=4096,
+            calibration=replace(DEFAULT_CALIBRATION, request_overhead_s=overhead)))
+        m = parts.memory
+        core = EngineCore(KvCapacity(m.num_gpu_blocks, m.block_size, m.max_num_seqs,
+                                     m.max_num_batched_tokens), parts.timing)
+        items = [WorkItem(synthetic_prompt(200, i), 50) for i in range(6)]
+        r = run_workload(core, items, max_concurrency=concurrency)
+        return r.mean_ttft_s, r.median_tpot_s, r.duration_s
+
+    base, slow = run(0.0, 1), run(0.05, 1)
+    assert abs(slow[0] - base[0] - 0.05) < 1e-9
+    assert abs(slow[1] - base[1]) < 1e-12
+    # One closed-loop client waits out the overhead of each of its 6 requests.
+    assert abs(slow[2] - base[2] - 6 * 0.05) < 1e-9
+    burst_base, burst = run(0.0, None), run(0.05, None)
+    assert abs(burst[2] - burst_base[2] - 0.05) < 1e-9  # all at once: paid in parallel
