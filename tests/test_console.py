@@ -5,6 +5,7 @@ SQLite ledger, the auth rule, and the files it serves (no CDN anywhere)."""
 from __future__ import annotations
 
 import asyncio
+import calendar
 import json
 import re
 import time
@@ -429,7 +430,9 @@ async def test_usage_per_key_model_and_day_with_the_gpu_cost_share(
         tenancy = Tenancy(store, admin_token="t")
         await tenancy.refresh()
         assert tenancy.ledger is not None
-        now = time.time()
+        # midday UTC today: the two hours of the fleet fall on one day (after midnight
+        # the day table rightly shows only the hours since 00:00)
+        now = float(calendar.timegm((*time.gmtime()[:3], 12, 0, 0)))
         for i, (key, model, tokens) in enumerate(
             [(row.id, "chat", 300), (row.id, "chat", 300), (None, "embed", 400)]
         ):
