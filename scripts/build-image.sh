@@ -36,6 +36,7 @@ done
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n1)
 image="${image:-ghcr.io/inferplane/inferplane:$version}"
 started=$(date +%s)
+say() { echo "--- [$(( $(date +%s) - started )) s] $*" >&2; }
 
 # The Debian release and Python minor of the Dockerfile's default base: the daemonless base
 # must match them (python:3.11.13-slim-bookworm -> bookworm, 3.11).
@@ -79,7 +80,7 @@ debian_base() {  # prints the local base image, building (and caching) it when m
   local key; key=$(printf '%s %s %s' "$release" "$packages" "trim-1" | sha256sum | cut -c1-12)
   local base="localhost/inferplane-base:$release-py$py_minor-$key"
   if buildah "${storage[@]}" inspect --type image "$base" >/dev/null 2>&1; then
-    echo "--- base $base (cached image)" >&2; echo "$base"; return
+    say "base $base (cached image)"; echo "$base"; return
   fi
   local cache="${INFERPLANE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/inferplane/image}"
   local tarball="$cache/debian-$release-minbase-$key.tar"
@@ -89,7 +90,7 @@ debian_base() {  # prints the local base image, building (and caching) it when m
       echo "error: debootstrap is not installed. Fix: apt-get install debootstrap" \
            "(or set PYTHON_IMAGE to a base your registry serves)" >&2; exit 2; }
     local root; root=$(mktemp -d "$cache/rootfs.XXXXXX")
-    echo "--- debootstrap --variant=minbase $release ($packages)" >&2
+    say "debootstrap --variant=minbase $release ($packages)"
     debootstrap --variant=minbase --include="$packages" "$release" "$root" \
       "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$root.log" 2>&1 || {
       tail -n 20 "$root.log" >&2; echo "error: debootstrap failed (log: $root.log)" >&2; exit 1; }
@@ -107,7 +108,7 @@ debian_base() {  # prints the local base image, building (and caching) it when m
     mv "$tarball.tmp" "$tarball"
     rm -rf "$root" "$root.log"
   else
-    echo "--- base root filesystem $tarball (cached)" >&2
+    say "base root filesystem $tarball (cached)"
   fi
   local ctr; ctr=$(buildah "${storage[@]}" from scratch)
   buildah "${storage[@]}" add "$ctr" "$tarball" / >/dev/null
@@ -116,6 +117,7 @@ debian_base() {  # prints the local base image, building (and caching) it when m
     --label "org.opencontainers.image.description=Debian $release minbase with python3 $py_minor" \
     "$ctr" >/dev/null
   buildah "${storage[@]}" commit --rm --quiet "$ctr" "$base" >/dev/null
+  say "imported the base as $base"
   echo "$base"
 }
 
@@ -131,41 +133,36 @@ case "$builder" in
     # mounted for the RUN steps only, never part of the image
     ca=(); bundle=${BUILD_CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}
     [ -z "$bundle" ] || [ ! -f "$bundle" ] || ca=(-v "$bundle:/etc/ssl/certs/ca-certificates.crt:ro")
-    echo "--- buildah bud ${base_args[*]} -t $image ."
+    say "buildah bud ${base_args[*]} -t $image ."
     buildah "${storage[@]}" bud --isolation "${BUILDAH_ISOLATION:-chroot}" "${ca[@]}" \
       "${base_args[@]}" "${labels[@]}" -t "$image" .
     ;;
   *)
     base_args=()
     [ -z "${PYTHON_IMAGE:-}" ] || base_args=(--build-arg "PYTHON_IMAGE=$PYTHON_IMAGE")
-    echo "--- $builder build -t $image ."
+    say "$builder build ${base_args[*]} -t $image ."
     "$builder" build "${base_args[@]}" "${labels[@]}" -t "$image" .
     ;;
 esac
-built=$(date +%s)
-echo "--- built $image in $((built - started)) s (revision $revision)"
-
-run_in_image() {  # run a command inside the image (as its user), stdout to stdout
-  case "$builder" in
-    buildah)
-      local ctr rc=0; ctr=$(buildah "${storage[@]}" from --quiet "$image")
-      buildah "${storage[@]}" run --isolation "${BUILDAH_ISOLATION:-chroot}" "$ctr" -- "$@" \
-        || rc=$?
-      buildah "${storage[@]}" rm "$ctr" >/dev/null; return $rc ;;
-    *) "$builder" run --rm --entrypoint "$1" "$image" "${@:2}" ;;
-  esac
-}
+say "built $image (revision $revision)"
 
 if [ -n "$sbom" ]; then
+  # one working container for both listings (a vfs container is a full copy of the image)
   mkdir -p "$sbom"
-  run_in_image /opt/inferplane/bin/pip inspect --local >"$sbom/pip-inspect.json.tmp"
-  mv "$sbom/pip-inspect.json.tmp" "$sbom/pip-inspect.json"
-  if run_in_image dpkg-query -W -f '${Package}=${Version}\n' >"$sbom/dpkg.txt.tmp" 2>/dev/null; then
-    mv "$sbom/dpkg.txt.tmp" "$sbom/dpkg.txt"
-  else
-    rm -f "$sbom/dpkg.txt.tmp"
-  fi
-  echo "--- SBOM in $sbom ($(ls "$sbom" | tr '\n' ' '))"
+  case "$builder" in
+    buildah)
+      ctr=$(buildah "${storage[@]}" from --quiet "$image")
+      in_image=(buildah "${storage[@]}" run --isolation "${BUILDAH_ISOLATION:-chroot}" "$ctr" --) ;;
+    *) ctr=""; in_image=("$builder" run --rm --entrypoint env "$image") ;;
+  esac
+  rc=0
+  "${in_image[@]}" /opt/inferplane/bin/pip inspect --local >"$sbom/pip-inspect.json.tmp" || rc=$?
+  [ "$rc" != 0 ] || mv "$sbom/pip-inspect.json.tmp" "$sbom/pip-inspect.json"
+  if "${in_image[@]}" dpkg-query -W -f '${Package}=${Version}\n' >"$sbom/dpkg.txt.tmp" 2>/dev/null
+  then mv "$sbom/dpkg.txt.tmp" "$sbom/dpkg.txt"; else rm -f "$sbom/dpkg.txt.tmp"; fi
+  [ -z "$ctr" ] || buildah "${storage[@]}" rm "$ctr" >/dev/null
+  [ "$rc" = 0 ] || { echo "error: pip inspect in the image failed (exit $rc)" >&2; exit 1; }
+  say "SBOM in $sbom: $(ls "$sbom" | tr '\n' ' ')"
 fi
 
 if [ -n "$archive" ]; then
@@ -177,10 +174,10 @@ if [ -n "$archive" ]; then
     buildah) buildah "${storage[@]}" push --quiet "$image" "docker-archive:$archive.tmp:$image" ;;
   esac
   mv "$archive.tmp" "$archive"
-  echo "--- archive $archive ($(du -m "$archive" | cut -f1) MiB; docker load -i / podman load -i)"
+  say "archive $archive, $(du -m "$archive" | cut -f1) MiB (docker load -i / podman load -i)"
 fi
 case "$builder" in
   buildah) size=$(buildah "${storage[@]}" images --format '{{.Size}}' "$image" | head -n1) ;;
   *) size=$("$builder" image inspect -f '{{.Size}}' "$image" | awk '{printf "%d MiB", $1/1048576}') ;;
 esac
-echo "--- done in $(( $(date +%s) - started )) s; image $image, $size"
+say "done: image $image, $size"
