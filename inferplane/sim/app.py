@@ -22,7 +22,13 @@ from inferplane.sim.engine import SimEngine
 from inferplane.sim.fields import Fields, chat_fields, chat_validators, completion_fields
 from inferplane.sim.generate import Generation, Prompt
 from inferplane.sim.metrics import CONTENT_TYPE
-from inferplane.sim.protocol import ApiError, SamplingRequest, parse_sampling, usage
+from inferplane.sim.protocol import (
+    ApiError,
+    SamplingRequest,
+    engine_dead,
+    parse_sampling,
+    usage,
+)
 from inferplane.sim.responses import ResponsesApi
 from inferplane.sim.scheduler import SimRequest, TokenEvent
 from inferplane.sim.tokens import render_chat
@@ -93,6 +99,8 @@ class EngineApp:
         faults = self.engine.parts.config.faults
         if self.hung:
             await self._hang.wait()
+        if self.engine.dead:
+            raise engine_dead()
         self.engine.requests_seen += 1
         seen = self.engine.requests_seen
         if faults.crash_after_requests is not None and seen > faults.crash_after_requests:
@@ -114,7 +122,7 @@ class EngineApp:
 
     async def health(self, request: Request) -> Response:
         await self._gate()
-        return Response(status_code=200)
+        return Response(status_code=503 if self.engine.dead else 200)
 
     async def models(self, request: Request) -> Response:
         await self._gate()

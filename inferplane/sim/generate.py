@@ -38,6 +38,7 @@ from inferplane.sim.protocol import (
     completion_choice,
     completion_chunk,
     completion_response,
+    engine_dead,
     usage,
     usage_chunk,
 )
@@ -158,6 +159,8 @@ class Generation:
         pending = len(self.choices)
         while pending:
             event = await self.queue.get()
+            if self.engine.dead:  # woken by SimEngine.die: no token comes any more
+                raise engine_dead()
             choice = self._by_sim.get(event.request)
             if choice is None:
                 continue
@@ -253,18 +256,23 @@ class Generation:
         # client's time to the first chunk is the time to the first token, as on vLLM.
         role_due = self.chat
         try:
-            async for choice, event in self._events():
-                if role_due:
-                    role_due = False
+            try:
+                async for choice, event in self._events():
+                    if role_due:
+                        role_due = False
+                        for chunk in self._role_chunks():
+                            yield chunk
+                    yield _sse(self._with_usage(self._chunk(choice, event), choice,
+                                                event.index + 1))
+                    self.engine.count_streamed_token()
+                if role_due:  # no token at all: the stream still opens with the role
                     for chunk in self._role_chunks():
                         yield chunk
-                yield _sse(self._with_usage(self._chunk(choice, event), choice, event.index + 1))
-            if role_due:  # no token at all: the stream still opens with the role
-                for chunk in self._role_chunks():
-                    yield chunk
-            if self.sampling.include_usage:
-                obj = "chat.completion.chunk" if self.chat else "text_completion"
-                yield _sse(usage_chunk(rid, model, created, obj, self._usage()))
+                if self.sampling.include_usage:
+                    obj = "chat.completion.chunk" if self.chat else "text_completion"
+                    yield _sse(usage_chunk(rid, model, created, obj, self._usage()))
+            except ApiError as exc:  # the engine core died mid-stream: vLLM's error event
+                yield _sse(exc.body())
             yield b"data: [DONE]\n\n"
         finally:
             self.close()
