@@ -127,3 +127,35 @@ def test_inband_error_scanner() -> None:
     cut.feed(b'data: {"error": {"mess')
     cut.finish()
     assert cut.status == 500  # unparseable: still a failure
+
+
+def test_the_sim_cli_exits_0_after_its_engine_core_died(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from inferplane.runtime.instances import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inferplane", "sim", "--model", "m", "--port", str(port),
+         "--die-after-tokens", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(lambda: _answers(url + "/health"), timeout=60)
+        with http.stream("POST", url + "/v1/chat/completions", json=STREAM) as r:
+            assert r.status_code == 200
+            assert b'"InternalServerError"' in r.read()
+        assert proc.wait(timeout=30) == 0  # as vLLM: exit 0, which `up` counts as a crash
+        assert proc.stderr is not None and b"engine death" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return http.get(url).status_code == 200
+    except Exception:
+        return False
