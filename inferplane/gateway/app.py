@@ -949,7 +949,7 @@ class GatewayApp:
                     prev, last = last, chunk
                     if not inband.seen:
                         inband.feed(chunk)
-                        if inband.seen:
+                        if inband.seen and marker == b"\n\n":
                             rec.events -= 1  # the error event carries no token
                     else:
                         inband.feed(chunk)
