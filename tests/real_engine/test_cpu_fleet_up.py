@@ -57,7 +57,7 @@ models:
 scaling:
   models:
     {chat}: {{min_replicas: 2, max_replicas: 2, policy: {{target_kv_cache_usage: 0.9}}}}
-gateway: {{host: 127.0.0.1}}
+gateway: {{host: 127.0.0.1, expose_replica_header: true}}  # the tests read which replica answered
 """
 
 
