@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 from test_gateway_fakes import Harness, harness, http  # noqa: F401
 
 from inferplane.gateway import GatewayConfig, ModelRoute
@@ -129,7 +130,11 @@ def test_inband_error_scanner() -> None:
     assert cut.status == 500  # unparseable: still a failure
 
 
-def test_the_sim_cli_exits_0_after_its_engine_core_died(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [
+    ["-m", "inferplane", "sim", "--model", "m"],  # `inferplane sim`
+    ["-m", "inferplane.sim.fake_vllm", "serve", "m"],  # the fake `vllm serve` binary
+])  # fmt: skip
+def test_the_sim_exits_0_after_its_engine_core_died(command: list[str]) -> None:
     import subprocess
     import sys
 
@@ -137,9 +142,8 @@ def test_the_sim_cli_exits_0_after_its_engine_core_died(tmp_path: Path) -> None:
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "inferplane", "sim", "--model", "m", "--port", str(port),
-         "--die-after-tokens", "2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, *command, "--port", str(port), "--die-after-tokens", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -148,7 +152,7 @@ def test_the_sim_cli_exits_0_after_its_engine_core_died(tmp_path: Path) -> None:
             assert r.status_code == 200
             assert b'"InternalServerError"' in r.read()
         assert proc.wait(timeout=30) == 0  # as vLLM: exit 0, which `up` counts as a crash
-        assert proc.stderr is not None and b"engine death" in proc.stderr.read()
+        assert proc.stdout is not None and b"engine death" in proc.stdout.read()
     finally:
         proc.kill()
         proc.wait()
