@@ -5,7 +5,6 @@ SQLite ledger, the auth rule, and the files it serves (no CDN anywhere)."""
 from __future__ import annotations
 
 import asyncio
-import calendar
 import json
 import re
 import time
@@ -139,6 +138,36 @@ def test_fleet_view_without_a_plan_or_a_runtime(tmp_path: Path) -> None:
     assert "lists no GPUs" in view["message"]
     assert view["unplaced"] == [{"id": "chat-0", "model": "chat", "state": "loading",
                                  "restarts": 2, "live": None}]  # fmt: skip
+
+
+def test_fleet_view_of_a_cpu_plan_shows_its_hosts_cores_and_ram(tmp_path: Path) -> None:
+    from test_engine_vllm_cpu import CI_FLEET, TWO_CORES, _fleet
+
+    from inferplane.console.usage import fleet_usd_per_hour
+    from inferplane.planner import plan_fleet as plan_any_fleet
+
+    plan = plan_any_fleet(load_fleet(_fleet(tmp_path, CI_FLEET)), cpu_host=TWO_CORES)
+    source = FakeSource(plan, StateDir(tmp_path / "state"), _instances(plan))
+    view = fleet_view(source, None)
+    assert view["device"] == "cpu" and view["unplaced"] == []
+    [node] = view["nodes"]
+    [host] = node["cpus"]
+    [planned_host] = plan.cpus
+    assert node["gpus"] == [] and host["cores"] == [0, 1]
+    assert host["memory_gib"] == planned_host.memory_gib
+    by_id = {s["id"]: s for s in host["instances"]}
+    assert {i: s["cores"] for i, s in by_id.items()} == {
+        i.id: i.cpu_cores for i in plan.instances}
+    # the shares add up to the RAM the planner counts as used
+    assert sum(s["share_gib"] for s in by_id.values()) == pytest.approx(
+        planned_host.used_gib, abs=0.01)
+    html = pages.fleet_fragment(view)
+    assert f'data-cpu-cores="0,1" data-memory-gib="{planned_host.memory_gib:.3f}"' in html
+    assert 'data-core="0" data-instances="chat-0,embed-0"' in html
+    assert 'data-core="1" data-instances="chat-1"' in html
+    assert "without a card plan" not in html and "2 cores" in html
+    usd, why = fleet_usd_per_hour(plan)  # not "$0": GPU prices say nothing of CPU hosts
+    assert usd is None and why is not None and "CPU hosts" in why
 
 
 # ---- models -----------------------------------------------------------------------------
@@ -430,9 +459,9 @@ async def test_usage_per_key_model_and_day_with_the_gpu_cost_share(
         tenancy = Tenancy(store, admin_token="t")
         await tenancy.refresh()
         assert tenancy.ledger is not None
-        # midday UTC today: the two hours of the fleet fall on one day (after midnight
-        # the day table rightly shows only the hours since 00:00)
-        now = float(calendar.timegm((*time.gmtime()[:3], 12, 0, 0)))
+        # the latest noon UTC gone by: the fleet's two hours fall on one day (at 00:30 they
+        # spanned two days and only today's row had tokens)
+        now = (time.time() - 43200) // 86400 * 86400 + 43200
         for i, (key, model, tokens) in enumerate(
             [(row.id, "chat", 300), (row.id, "chat", 300), (None, "embed", 400)]
         ):

@@ -255,6 +255,7 @@ def test_launch_env_binds_cores_and_sets_no_gpu(tmp_path: Path) -> None:
         assert inst.env[vllm_cpu.THREADS_BIND_ENV] == ",".join(map(str, inst.cpu_cores))
         assert inst.host_memory_bytes > vllm_cpu.ENGINE_RUNTIME_BYTES
         assert inst.startup_deadline_s == vllm_cpu.STARTUP_FLOOR_S  # CPU-bound imports
+        assert "--gpu-memory-utilization" not in inst.argv  # a GPU fraction misleads here
     check_plan_matches(plan, fleet)
     gpu_fleet = load_fleet(_fleet(tmp_path, CI_FLEET.replace(", device: cpu", "")))
     with pytest.raises(InferplaneError, match="device cpu"):
@@ -379,3 +380,16 @@ async def test_up_runs_a_cpu_fleet_with_bound_cores(tmp_path: Path) -> None:
             assert vectors.status_code == 200, vectors.text
     finally:
         await asyncio.wait_for(rt.drain_and_stop(), 60)
+
+
+def test_cpu_argv_has_no_gpu_memory_utilization_even_when_the_args_carry_one() -> None:
+    from inferplane.engines.vllm.argv import VllmArgs, build_vllm_argv
+
+    args = VllmArgs(source="/m", served_model_name="m", port=8000, max_model_len=512,
+                    tensor_parallel_size=1, gpu_memory_utilization=0.92,
+                    kv_cache_memory_bytes=64 * 2**20)
+    argv = vllm_cpu.serve_argv(args, version="0.32.0")
+    assert "--gpu-memory-utilization" not in argv
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(64 * 2**20)
+    # the GPU engine still writes it (the same builder)
+    assert "--gpu-memory-utilization" in build_vllm_argv(args, version="0.32.0")

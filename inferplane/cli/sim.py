@@ -19,6 +19,9 @@ if TYPE_CHECKING:  # the simulator (starlette, aiohttp) loads on use
 # The simulator's DEFAULT_GPU, spelled here so `--help` needs no simulator import (a test
 # keeps the two equal).
 DEFAULT_GPU = "H100-SXM-80GB"
+# How long a simulated engine whose core died answers /health 503 before it exits 0 (vLLM:
+# its watchdog notices the dead engine and stops the server).
+ENGINE_DEATH_EXIT_S = 1.0
 
 
 def _keys() -> tuple[set[str], set[str]]:
@@ -82,15 +85,22 @@ async def _serve(configs: list[SimEngineConfig], exit_on_crash: bool) -> int:
             typer.echo(line)
         typer.echo(f"simulated engine {handle.config.model} listening on {handle.url}")
     crashed = [asyncio.ensure_future(h.crashed.wait()) for h in handles]
+    died = [asyncio.ensure_future(h.died.wait()) for h in handles]
     try:
         if exit_on_crash:
-            await asyncio.wait(crashed, return_when=asyncio.FIRST_COMPLETED)
-            typer.echo("simulated crash (--crash-after-requests)", err=True)
-            return 1
+            await asyncio.wait([*crashed, *died], return_when=asyncio.FIRST_COMPLETED)
+            if any(task.done() for task in crashed):
+                typer.echo("simulated crash (--crash-after-requests)", err=True)
+                return 1
+            # vLLM: the API server answers /health 503 until its watchdog stops it: code 0
+            typer.echo("simulated engine death (--die-after-tokens): EngineCore encountered "
+                       "an issue", err=True)
+            await asyncio.sleep(ENGINE_DEATH_EXIT_S)
+            return 0
         await asyncio.Event().wait()
         return 0
     finally:
-        for task in crashed:
+        for task in [*crashed, *died]:
             task.cancel()
         await stop_engines(handles)
 
@@ -115,6 +125,10 @@ def sim(
     fail_rate: float = typer.Option(0.0, help="Fraction of requests answered with HTTP 500."),
     crash_after_requests: int | None = typer.Option(None, help="Exit (code 1) after N requests."),
     hang_after_requests: int | None = typer.Option(None, help="Stop answering after N requests."),
+    die_after_tokens: int | None = typer.Option(
+        None, help="The engine core dies after N streamed tokens, as vLLM's does: error "
+        "event in flight streams, /health 503, exit code 0."
+    ),
     slowdown: float = typer.Option(1.0, help="Multiply every step time by this factor."),
     max_logprobs: int = typer.Option(
         20, help="Most logprobs a request may ask for (vLLM's --max-logprobs)."
@@ -148,6 +162,7 @@ def sim(
                 load_time_s=load_time_s, fail_rate=fail_rate,
                 crash_after_requests=crash_after_requests,
                 hang_after_requests=hang_after_requests, slowdown=slowdown,
+                die_after_tokens=die_after_tokens,
             ),
         )]
     try:

@@ -75,38 +75,93 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.3f}%" if whole > 0 else "0%"
 
 
+def _segments(instances: list[dict[str, Any]], total: float, free_gib: float) -> str:
+    """One memory bar's segments: each instance's weights / KV pool / overhead, then free."""
+    segs = []
+    for n, share in enumerate(instances):
+        live = share.get("live") or {}
+        tone = f"tone{n % TONES}"  # co-located instances: each its own shade
+        for kind in ("weights", "kv_cache", "overhead"):
+            value = share[f"{kind}_gib"]
+            used = ""  # the engine's live KV usage, drawn inside the planned pool
+            if kind == "kv_cache" and live.get("kv_cache_usage") is not None:
+                used = (f'<i class="used" style="width:'
+                        f'{100 * min(float(live["kv_cache_usage"]), 1.0):.1f}%"></i>')
+            segs.append(
+                f'<span class="seg {kind} {tone}" data-instance="{e(share["id"])}" '
+                f'data-kind="{kind}" data-gib="{value:.3f}" '
+                f'style="width:{_pct(value, total)}" '
+                f'title="{e(share["id"])} {kind.replace("_", " ")} {gib(value)}">'
+                f"{used}</span>"
+            )
+    segs.append(
+        f'<span class="seg free" data-kind="free" data-gib="{free_gib:.3f}" '
+        f'style="width:{_pct(max(free_gib, 0.0), total)}" '
+        f'title="free {gib(free_gib)}"></span>'
+    )
+    return "".join(segs)
+
+
+def _cpu_host(host: dict[str, Any]) -> str:
+    """A CPU host of a CPU plan: its RAM bar (weights / KV pool / engine runtime per
+    instance) and which instance binds which cores (VLLM_CPU_OMP_THREADS_BIND)."""
+    total, shares = host["memory_gib"], host["instances"]
+    cores = ",".join(str(c) for c in host["cores"])
+    by_core: dict[int, list[int]] = {c: [] for c in host["cores"]}
+    for n, share in enumerate(shares):
+        for core in share["cores"]:
+            by_core.setdefault(core, []).append(n)
+    cells = "".join(
+        f'<span class="core" data-core="{core}" data-instances="'
+        f'{e(",".join(shares[n]["id"] for n in users))}">core {core}: '
+        + (" · ".join(f'<i class="swatch tone{n % TONES}"></i>{e(shares[n]["id"])}'
+                      for n in users) or '<span class="note">free</span>')
+        + "</span>"
+        for core, users in sorted(by_core.items())
+    )
+    rows = "".join(
+        f'<tr class="instance" data-instance="{e(s["id"])}" data-model="{e(s["model"])}"'
+        f' data-state="{e(s["state"])}" data-share-gib="{s["share_gib"]:.3f}"'
+        f' data-cores="{e(",".join(str(c) for c in s["cores"]))}">'
+        f'<td class="name"><i class="swatch tone{n % TONES}"></i>{e(s["id"])}</td>'
+        f'<td>{badge(s["state"])}</td>'
+        f'<td class="num">{e(", ".join(str(c) for c in s["cores"]))}</td>'
+        f'<td class="num">{gib(s["weights_gib"])}</td>'
+        f'<td class="num">{gib(s["kv_cache_gib"])}</td>'
+        f'<td class="num">{gib(s["overhead_gib"])}</td><td>{_live(s)}</td></tr>'
+        for n, s in enumerate(shares)
+    ) or '<tr><td colspan="7" class="note">idle host</td></tr>'
+    count = len(host["cores"])
+    return (
+        f'<article class="gpu cpuhost" data-cpu-cores="{cores}" '
+        f'data-memory-gib="{total:.3f}" data-used-gib="{host["used_gib"]:.3f}" '
+        f'data-free-gib="{host["free_gib"]:.3f}" data-budget-gib="{host["budget_gib"]:.3f}">'
+        f'<h3>CPU host · {count} core{"s" if count != 1 else ""} · {gib(total)} RAM</h3>'
+        f'<div class="bar" role="img" aria-label="RAM of the CPU host">'
+        f'{_segments(shares, total, host["free_gib"])}</div>'
+        f'<p class="legend"><i class="weights"></i>weights <i class="kv_cache"></i>KV '
+        f'pool (dark: in use now) <i class="overhead"></i>engine processes <i class="free">'
+        f'</i>free · used {gib(host["used_gib"])} of budget {gib(host["budget_gib"])}</p>'
+        f'<p class="cores">{cells}</p>'
+        f'<table><thead><tr><th>instance</th><th>state</th><th>cores</th><th>weights</th>'
+        f'<th>KV pool</th><th>engine processes</th><th>live (engine /metrics)</th></tr>'
+        f"</thead><tbody>{rows}</tbody></table></article>"
+    )
+
+
 def fleet_fragment(view: dict[str, Any]) -> str:
-    """Nodes -> GPUs -> instances with S0-style memory bars, then unplaced instances."""
+    """Nodes -> GPUs (or a CPU plan's cores and RAM) -> instances with S0-style memory
+    bars, then unplaced instances."""
     out: list[str] = []
     if view.get("message"):
         out.append(f'<p class="note">{e(view["message"])}</p>')
     for node in view["nodes"]:
         out.append(f'<section class="node" data-node="{e(node["name"])}">'
                    f'<h2>node {e(node["name"])}</h2><div class="gpus">')  # fmt: skip
+        for host in node.get("cpus", []):
+            out.append(_cpu_host(host))
         for gpu in node["gpus"]:
             total = gpu["memory_gib"]
-            segs = []
-            for n, share in enumerate(gpu["instances"]):
-                live = share.get("live") or {}
-                tone = f"tone{n % TONES}"  # co-located instances: each its own shade
-                for kind in ("weights", "kv_cache", "overhead"):
-                    value = share[f"{kind}_gib"]
-                    used = ""  # the engine's live KV usage, drawn inside the planned pool
-                    if kind == "kv_cache" and live.get("kv_cache_usage") is not None:
-                        used = (f'<i class="used" style="width:'
-                                f'{100 * min(float(live["kv_cache_usage"]), 1.0):.1f}%"></i>')
-                    segs.append(
-                        f'<span class="seg {kind} {tone}" data-instance="{e(share["id"])}" '
-                        f'data-kind="{kind}" data-gib="{value:.3f}" '
-                        f'style="width:{_pct(value, total)}" '
-                        f'title="{e(share["id"])} {kind.replace("_", " ")} {gib(value)}">'
-                        f"{used}</span>"
-                    )
-            segs.append(
-                f'<span class="seg free" data-kind="free" data-gib="{gpu["free_gib"]:.3f}" '
-                f'style="width:{_pct(max(gpu["free_gib"], 0.0), total)}" '
-                f'title="free {gib(gpu["free_gib"])}"></span>'
-            )
             rows = "".join(
                 f'<tr class="instance" data-instance="{e(s["id"])}" data-model="{e(s["model"])}"'
                 f' data-state="{e(s["state"])}" data-share-gib="{s["share_gib"]:.3f}">'
@@ -123,7 +178,7 @@ def fleet_fragment(view: dict[str, Any]) -> str:
                 f'data-free-gib="{gpu["free_gib"]:.3f}" data-budget-gib="{gpu["budget_gib"]:.3f}">'
                 f'<h3>GPU {gpu["index"]} · {e(gpu["type"])} · {gib(total)}</h3>'
                 f'<div class="bar" role="img" aria-label="memory of GPU {gpu["index"]}">'
-                f'{"".join(segs)}</div>'
+                f'{_segments(gpu["instances"], total, gpu["free_gib"])}</div>'
                 f'<p class="legend"><i class="weights"></i>weights <i class="kv_cache"></i>KV '
                 f'pool (dark: in use now) <i class="overhead"></i>overhead <i class="free">'
                 f'</i>free · used '

@@ -25,6 +25,9 @@ def fleet_usd_per_hour(plan: Plan | None) -> tuple[float | None, str | None]:
     """The rental price of the cards the plan uses, or (None, why not)."""
     if plan is None:
         return None, "no plan (the fleet lists no gpus:), so no GPU cost to share"
+    if plan.device == "cpu":
+        return None, ("the fleet runs on CPU hosts (engine device cpu), and prices.yaml "
+                      "prices GPUs only: no cost to share")
     from inferplane.bench.cost import load_prices
 
     prices = load_prices()

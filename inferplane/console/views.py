@@ -11,13 +11,20 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from inferplane.console.source import FleetSource
+from inferplane.gpus import GIB
 from inferplane.runtime.labels import gpus_label
 
 if TYPE_CHECKING:
     from inferplane.console.sampler import Sampler
     from inferplane.gateway.app import GatewayApp
     from inferplane.gateway.backend import Backend
-    from inferplane.planner.plan import InstanceMemory, Plan, PlanGpu, PlanInstance
+    from inferplane.planner.plan import (
+        InstanceMemory,
+        Plan,
+        PlanCpuNode,
+        PlanGpu,
+        PlanInstance,
+    )
 
 MAX_LOG_LINES = 500
 
@@ -52,6 +59,27 @@ def card_shares(plan: Plan, gpu: PlanGpu) -> list[dict[str, Any]]:
             "id": iid, "model": inst.model,
             "share_gib": round(share, 3), "weights_gib": round(mem.weights_gib, 3),
             "kv_cache_gib": round(mem.kv_cache_gib, 3), "overhead_gib": round(overhead, 3),
+            "kv_cache_tokens": mem.kv_cache_tokens,
+        })  # fmt: skip
+    return out
+
+
+def host_shares(plan: Plan, host: PlanCpuNode) -> list[dict[str, Any]]:
+    """Each CPU engine's share of its host's RAM as the planner counts `used_gib` (weights
+    + KV cache + the engine processes' runtime) and the cores it binds."""
+    by_id = {i.id: i for i in plan.instances}
+    out = []
+    for iid in host.instances:
+        inst = by_id.get(iid)
+        if inst is None:
+            continue
+        mem = inst.memory
+        share = (inst.host_memory_bytes or 0) / GIB
+        out.append({
+            "id": iid, "model": inst.model, "cores": list(inst.cpu_cores),
+            "share_gib": round(share, 3), "weights_gib": round(mem.weights_gib, 3),
+            "kv_cache_gib": round(mem.kv_cache_gib, 3),
+            "overhead_gib": round(max(share - mem.weights_gib - mem.kv_cache_gib, 0.0), 3),
             "kv_cache_tokens": mem.kv_cache_tokens,
         })  # fmt: skip
     return out
@@ -99,11 +127,24 @@ def fleet_view(
             "memory_gib": gpu.memory_gib, "budget_gib": gpu.budget_gib,
             "used_gib": gpu.used_gib, "free_gib": gpu.free_gib, "instances": shares,
         })  # fmt: skip
-    placed = {i for g in plan.gpus for i in g.instances}
+    hosts: dict[str, list[dict[str, Any]]] = {}
+    for host in plan.cpus:  # a CPU plan (engine device cpu): cores and RAM, no cards
+        shares = host_shares(plan, host)
+        for share in shares:
+            share.update(instance_state(share["id"]))
+        hosts.setdefault(host.node, []).append({
+            "cores": list(host.cores), "memory_gib": host.memory_gib,
+            "budget_gib": host.budget_gib, "used_gib": host.used_gib,
+            "free_gib": host.free_gib, "instances": shares,
+        })  # fmt: skip
+    placed = {i for g in plan.gpus for i in g.instances} | {
+        i for h in plan.cpus for i in h.instances}
+    names = list(dict.fromkeys([*nodes, *hosts]))
     return {
-        "plan": True,
+        "plan": True, "device": plan.device,
         "engine": plan.engine, "engine_version": plan.engine_version,
-        "nodes": [{"name": n, "gpus": gpus} for n, gpus in nodes.items()],
+        "nodes": [{"name": n, "gpus": nodes.get(n, []), "cpus": hosts.get(n, [])}
+                  for n in names],
         "unplaced": [{"id": n, "model": i["model"], **instance_state(n)}
                      for n, i in states.items() if n not in placed],
     }  # fmt: skip

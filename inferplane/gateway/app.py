@@ -48,6 +48,7 @@ from inferplane.gateway.routes import (
 )
 from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.state import GatewayState
+from inferplane.gateway.stream_errors import InbandError
 from inferplane.gateway.tracing import RequestTrace, Tracing, tracing_for
 from inferplane.gateway.upstream import (
     Connection,
@@ -927,6 +928,7 @@ class GatewayApp:
         prev = last = b""
         backend = rec.backend
         assert backend is not None
+        inband = InbandError()  # the engine's own error event (vLLM: its engine core died)
         try:
             chunk = await conn.read_chunk()
             rec.ttft = loop.time() - t_sent
@@ -945,6 +947,12 @@ class GatewayApp:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     rec.events += chunk.count(marker)
                     prev, last = last, chunk
+                    if not inband.seen:
+                        inband.feed(chunk)
+                        if inband.seen and marker == b"\n\n":
+                            rec.events -= 1  # the error event carries no token
+                    else:
+                        inband.feed(chunk)
                 deadline.reschedule(min(loop.time() + idle_s, total_deadline))
                 chunk = await conn.read_chunk()
             if stripper is not None:
@@ -952,6 +960,7 @@ class GatewayApp:
                 if rest:
                     await send({"type": "http.response.body", "body": rest, "more_body": True})
                     prev, last = last, rest
+                    inband.feed(rest)
                 prev, last = prev + last, stripper.usage
         except UpstreamBodyError as exc:
             conn.close()
@@ -960,6 +969,15 @@ class GatewayApp:
             rec.finished = True
             # Close a half-sent event first so the error event parses on its own.
             tail = b"" if last.endswith(b"\n\n") or not last else b"\n\n"
+            inband.finish()
+            if inband.status is not None:  # the engine said why already: one error event
+                rec.status = inband.status
+                if not last.endswith(b"[DONE]\n\n"):
+                    await send({"type": "http.response.body",
+                                "body": tail + b"data: [DONE]\n\n"})  # fmt: skip
+                else:
+                    await send({"type": "http.response.body", "body": b""})
+                return
             message = f"{backend.public} failed mid-stream: {exc}"
             await send({"type": "http.response.body", "body": tail + sse_error_event(502, message)})
             return
@@ -967,7 +985,16 @@ class GatewayApp:
             conn.close()  # cancelled or timed out: drop the upstream connection
             raise
         conn.release()
-        backend.consecutive_failures = backend.consecutive_5xx = 0
+        inband.finish()
+        if inband.status is None:
+            backend.consecutive_failures = backend.consecutive_5xx = 0
+        else:  # a 200 that failed: counted by the engine's code, billed as a cut stream
+            rec.status = inband.status
+            if inband.status >= 500:
+                self._gateway_failure(
+                    pool, backend, f"{backend.public} ended a stream with an error: "
+                    f"{inband.message}",
+                )  # fmt: skip
         if last.endswith(b"[DONE]\n\n"):
             rec.events -= 1
         rec.prompt_tokens, rec.completion_tokens = usage_from(prev + last)

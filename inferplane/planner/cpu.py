@@ -431,7 +431,7 @@ def cpu_instance(fleet: FleetSpec, sizing: Sizing, unit: Unit, max_model_len: in
     args = VllmArgs(
         source=model.source or "", served_model_name=model.engine_model_name, port=port,
         max_model_len=max_model_len, tensor_parallel_size=1,
-        gpu_memory_utilization=vllm_cpu.UNUSED_GPU_MEMORY_UTILIZATION,
+        gpu_memory_utilization=None,  # unused on CPU once the KV size is explicit
         max_num_seqs=sizing.max_num_seqs, max_num_batched_tokens=sizing.max_num_batched_tokens,
         dtype=model.dtype, quantization=model.quantization,
         kv_cache_dtype=model.kv_cache_dtype, kv_cache_memory_bytes=unit.kv_bytes,

@@ -109,6 +109,7 @@ def sim_argv(
         load_time_s=faults.load_time_s, fail_rate=faults.fail_rate, slowdown=faults.slowdown,
         crash_after_requests=faults.crash_after_requests,
         hang_after_requests=faults.hang_after_requests,
+        die_after_tokens=faults.die_after_tokens,
     )
     args = replace(sizing, model_dir=model_dir, task=model.task,
                    extra_args=dict(model.extra_args), faults=fault)

@@ -28,6 +28,7 @@ ENGINE_ENV_DROP_PREFIXES = ("INFERPLANE_",)
 ENGINE_ENV_DROP = frozenset({"PGPASSWORD", "PGPASSFILE", "REDISCLI_AUTH"})
 
 LOG_MAX_BYTES = 10 * 2**20
+_STREAM_LIMIT = 2**16  # asyncio's default line limit for subprocess pipes
 LOG_BACKUPS = 3
 _PR_SET_PDEATHSIG = 1
 
@@ -134,12 +135,40 @@ def stopped(pid: int) -> bool:
         return False
 
 
+# After the engine process itself exited, how long its output pipe may stay open (its
+# process group is being killed) before the supervisor closes it: a grandchild that left
+# the group would otherwise hold it, and the restart, forever.
+PIPE_GRACE_S = 5.0
+
+
+class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's protocol, also telling when the engine process itself exited: on 3.11
+    `Process.wait()` returns only once every pipe has closed, and real vLLM's EngineCore
+    and worker processes hold the API server's stdout open after it died (kill -9)."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
 class EngineProcess:
     """One running engine process, its output pumped into a rotating log file."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, log: RotatingLog) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        log: RotatingLog,
+        exited: asyncio.Event | None = None,
+        transport: asyncio.SubprocessTransport | None = None,
+    ) -> None:
         self.proc = proc
         self.log = log
+        self._exited = exited
+        self._transport = transport
         self._pump = asyncio.get_running_loop().create_task(self._copy_output())
 
     @property
@@ -160,13 +189,30 @@ class EngineProcess:
                 return
             self.log.write(line.decode("utf-8", "replace"))
 
+    async def exited(self) -> int:
+        """The engine process's exit code, as soon as it exited: its children (still in
+        its process group until `stop` kills them) may hold its output open longer."""
+        if self._exited is None:
+            return await self.proc.wait()
+        await self._exited.wait()
+        code = self.proc.returncode
+        assert code is not None  # set before process_exited is called
+        return code
+
     async def wait(self) -> int:
-        code = await self.proc.wait()
+        """The exit code once the process exited and its output was all copied (the pipe
+        closed, or `PIPE_GRACE_S` passed: then it is closed here)."""
+        code = await self.exited()
         if not self._pump.done():
             # asyncio.wait never raises the pump's own end (even a cancelled pump), while a
             # cancellation of *this* task still propagates: suppressing CancelledError here
             # swallowed Supervisor.stop()'s cancel, so a restart went on during shutdown.
-            await asyncio.wait([self._pump])
+            done, _ = await asyncio.wait([self._pump], timeout=PIPE_GRACE_S)
+            if not done and self._transport is not None:
+                self.log.write("--- output pipe still open after the engine exited (a child "
+                               "outside its process group?): closed\n")
+                self._transport.close()
+                await asyncio.wait([self._pump])
         return code
 
     def signal_group(self, sig: int) -> None:
@@ -183,16 +229,17 @@ class EngineProcess:
             # asyncio.wait, not wait_for: on 3.11 wait_for swallows a cancellation that
             # arrives as the process exits, and the supervisor then restarted an engine
             # while shutting down.
-            waiter = asyncio.ensure_future(self.wait())
+            waiter = asyncio.ensure_future(self.exited())
             try:
                 done, _ = await asyncio.wait({waiter}, timeout=timeout_s)
             except asyncio.CancelledError:
                 waiter.cancel()
                 raise
-            if done:
-                return waiter.result()
-            waiter.cancel()
-        self.signal_group(signal.SIGKILL)  # also reaps stragglers the engine forked
+            if not done:
+                waiter.cancel()
+        # Also after the process exited by itself (kill -9, a crash): its children (vLLM's
+        # EngineCore and workers) are still in the group, holding RAM, cores and the log.
+        self.signal_group(signal.SIGKILL)
         return await self.wait()
 
 
@@ -206,7 +253,10 @@ async def spawn(
     """Start `argv` in its own process group with `env` merged over ours, minus the
     gateway's secrets (`engine_environment`)."""
     log.write(f"--- starting: {' '.join(argv)}\n")
-    proc = await asyncio.create_subprocess_exec(
+    loop = asyncio.get_running_loop()
+    # asyncio.create_subprocess_exec, with a protocol that also reports the exit itself
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ExitProtocol(_STREAM_LIMIT, loop),
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -216,7 +266,8 @@ async def spawn(
         start_new_session=True,
         preexec_fn=_child_setup,
     )
-    return EngineProcess(proc, log)
+    proc = asyncio.subprocess.Process(transport, protocol, loop)
+    return EngineProcess(proc, log, protocol.exited, transport)
 
 
 def raise_nofile_limit(wanted: int = 65536) -> tuple[int, int]:

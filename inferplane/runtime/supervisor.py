@@ -504,7 +504,8 @@ class Supervisor:
         """Return why the instance must restart (process gone, failures, manual)."""
         s = self.settings
         assert self._session is not None
-        exited = asyncio.ensure_future(proc.proc.wait())
+        # the process itself, not its pipe: vLLM's children keep that open (kill -9)
+        exited = asyncio.ensure_future(proc.exited())
         kicked = asyncio.ensure_future(self._kick[rec.instance.name].wait())
         failures = 0
         last_failed: str | None = None  # the first failed liveness answer since one passed

@@ -27,6 +27,7 @@ from inferplane.sim.metrics import CONTENT_TYPE
 from inferplane.sim.protocol import (
     ApiError,
     SamplingRequest,
+    engine_dead,
     parse_sampling,
     prompt_too_long,
     usage,
@@ -107,6 +108,8 @@ class EngineApp:
         faults = self.engine.parts.config.faults
         if self.hung:
             await self._hang.wait()
+        if self.engine.dead:
+            raise engine_dead()
         self.engine.requests_seen += 1
         seen = self.engine.requests_seen
         if faults.crash_after_requests is not None and seen > faults.crash_after_requests:
@@ -139,7 +142,7 @@ class EngineApp:
 
     async def health(self, request: Request) -> Response:
         await self._gate()
-        return Response(status_code=200)
+        return Response(status_code=503 if self.engine.dead else 200)
 
     async def models(self, request: Request) -> Response:
         await self._gate()

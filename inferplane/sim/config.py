@@ -21,6 +21,11 @@ class FaultConfig:
     hang_after_requests: after this many requests every endpoint, /health included, hangs
         without answering; the port stays open.
     slowdown: every scheduler step takes this many times longer.
+    die_after_tokens: once this many tokens were streamed in all, the engine core dies as
+        real vLLM's does (EngineDeadError): streams in flight end with vLLM's error event
+        and `data: [DONE]` (their HTTP 200 already sent), other requests get that error as
+        a 500, /health answers 503, and a second later the single-engine CLI process exits
+        with code 0.
     """
 
     load_time_s: float = 0.0
@@ -28,6 +33,7 @@ class FaultConfig:
     crash_after_requests: int | None = None
     hang_after_requests: int | None = None
     slowdown: float = 1.0
+    die_after_tokens: int | None = None
     seed: int = 0
 
 

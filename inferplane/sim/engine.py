@@ -15,6 +15,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Callable
 
 from inferplane.aio import cancel_and_wait
 from inferplane.gpus import GIB
@@ -48,6 +49,9 @@ class SimEngine:
         self.sleeping = False
         self.sleep_state = SleepState(memory.weights_gib * GIB)  # vLLM sleep mode (sleep.py)
         self.requests_seen = 0
+        self.tokens_streamed = 0  # for the die_after_tokens fault
+        self.dead = False  # the engine core died (die_after_tokens): as vLLM, never recovers
+        self.on_death: Callable[[], None] | None = None
         self.random = random.Random(config.faults.seed)
         self._streams: dict[SimRequest, asyncio.Queue[TokenEvent]] = {}
         self._wake = asyncio.Event()
@@ -88,6 +92,24 @@ class SimEngine:
         self._streams[request] = queue
         self._wake.set()
         return queue
+
+    def count_streamed_token(self) -> None:
+        """One token sent on a stream; the die_after_tokens fault fires here."""
+        self.tokens_streamed += 1
+        limit = self.parts.config.faults.die_after_tokens
+        if limit is not None and self.tokens_streamed >= limit and not self.dead:
+            self.die()
+
+    def die(self) -> None:
+        """The engine core dies: nothing is generated any more, and every request waiting
+        for a token is woken to end with vLLM's EngineDeadError."""
+        self.dead = True
+        if self._task is not None:
+            self._task.cancel()
+        for request, queue in self._streams.items():
+            queue.put_nowait(TokenEvent(request, -1, self._sim_now, finished=False))
+        if self.on_death is not None:
+            self.on_death()
 
     def abort(self, request: SimRequest) -> None:
         if self._streams.pop(request, None) is not None and request.finished_s is None:

@@ -17,7 +17,9 @@ flags the simulator models (served name, host, port, context length, TP, utiliza
 Like vLLM it needs `CUDA_VISIBLE_DEVICES` to name at least `--tensor-parallel-size`
 devices when the variable is set (P21), and it logs the devices it was given. Options only
 the fake knows (anywhere on the line): `--gpu TYPE` (simulated GPU, default the
-simulator's), `--load-time-s S`, `--crash-after-requests N`, `--hang-after-requests N`.
+simulator's), `--load-time-s S`, `--crash-after-requests N`, `--hang-after-requests N`,
+`--die-after-tokens N` (the engine core dies as vLLM's does: error event, /health 503,
+exit code 0).
 MODEL is a directory with `config.json` (the simulator reads the architecture from it) or
 any name (the simulator's default profile).
 """
@@ -34,6 +36,8 @@ from pathlib import Path
 from inferplane.sim.config import DEFAULT_GPU, FaultConfig, SimEngineConfig
 from inferplane.sim.host import start_engine
 from inferplane.sim.startup_log import startup_lines
+
+ENGINE_DEATH_EXIT_S = 1.0  # as `inferplane sim` (cli/sim.py): /health 503, then exit 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--load-time-s", type=float, default=0.0)
     parser.add_argument("--crash-after-requests", type=int, default=None)
     parser.add_argument("--hang-after-requests", type=int, default=None)
+    parser.add_argument("--die-after-tokens", type=int, default=None)
     return parser
 
 
@@ -109,6 +114,7 @@ def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
             load_time_s=args.load_time_s,
             crash_after_requests=args.crash_after_requests,
             hang_after_requests=args.hang_after_requests,
+            die_after_tokens=args.die_after_tokens,
         ),
     )
     return config, ignored
@@ -132,7 +138,17 @@ async def _serve(config: SimEngineConfig) -> int:
     for line in startup_lines(handle.engine.parts, os.getpid()):  # vLLM's memory lines
         print(line, flush=True)
     print(f"fake vllm: serving {config.model!r} on {handle.url}", flush=True)
-    await handle.crashed.wait()
+    crashed = asyncio.ensure_future(handle.crashed.wait())
+    died = asyncio.ensure_future(handle.died.wait())
+    await asyncio.wait([crashed, died], return_when=asyncio.FIRST_COMPLETED)
+    crashed.cancel()
+    died.cancel()
+    if not handle.crashed.is_set():  # vLLM: /health 503 a moment, then exit code 0
+        print("fake vllm: simulated engine death (EngineCore encountered an issue)",
+              flush=True)
+        await asyncio.sleep(ENGINE_DEATH_EXIT_S)
+        await handle.stop()
+        return 0
     print("fake vllm: simulated crash", flush=True)
     await handle.stop()
     return 1

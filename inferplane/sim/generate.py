@@ -40,6 +40,7 @@ from inferplane.sim.protocol import (
     completion_choice,
     completion_chunk,
     completion_response,
+    engine_dead,
     prompt_too_long,
     stream_usage,
     usage,
@@ -164,6 +165,8 @@ class Generation:
         pending = len(self.choices)
         while pending:
             event = await self.queue.get()
+            if self.engine.dead:  # woken by SimEngine.die: no token comes any more
+                raise engine_dead()
             choice = self._by_sim.get(event.request)
             if choice is None:
                 continue
@@ -261,24 +264,28 @@ class Generation:
         role_due = self.chat
         unfinished = len(self.choices)
         try:
-            async for choice, event in self._events():
-                if role_due:
-                    role_due = False
-                    for role_chunk in self._role_chunks():
-                        yield role_chunk
-                chunks = [self._with_usage(c, choice, event.index + 1)
-                          for c in self._chunks(choice, event)]
-                unfinished -= event.finished
-                if not unfinished and not self.sampling.include_usage:
-                    chunks[-1]["system_fingerprint"] = SYSTEM_FINGERPRINT  # vLLM's last chunk
-                for payload in chunks:
-                    yield _sse(payload)
-            if role_due:  # no token at all: the stream still opens with the role
-                for chunk in self._role_chunks():
-                    yield chunk
-            if self.sampling.include_usage:
-                obj = "chat.completion.chunk" if self.chat else "text_completion"
-                yield _sse(usage_chunk(rid, model, created, obj, self._usage()))
+            try:
+                async for choice, event in self._events():
+                    if role_due:
+                        role_due = False
+                        for role_chunk in self._role_chunks():
+                            yield role_chunk
+                    chunks = [self._with_usage(c, choice, event.index + 1)
+                              for c in self._chunks(choice, event)]
+                    unfinished -= event.finished
+                    if not unfinished and not self.sampling.include_usage:
+                        chunks[-1]["system_fingerprint"] = SYSTEM_FINGERPRINT  # vLLM's last
+                    for payload in chunks:
+                        yield _sse(payload)
+                    self.engine.count_streamed_token()
+                if role_due:  # no token at all: the stream still opens with the role
+                    for chunk in self._role_chunks():
+                        yield chunk
+                if self.sampling.include_usage:
+                    obj = "chat.completion.chunk" if self.chat else "text_completion"
+                    yield _sse(usage_chunk(rid, model, created, obj, self._usage()))
+            except ApiError as exc:  # the engine core died mid-stream: vLLM's error event
+                yield _sse(exc.body())
             yield b"data: [DONE]\n\n"
         finally:
             self.close()

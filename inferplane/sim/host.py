@@ -36,7 +36,8 @@ class _QuietServer(uvicorn.Server):
 
 @dataclass
 class EngineHandle:
-    """A running simulated engine. `crashed` is set when a crash fault fired."""
+    """A running simulated engine. `crashed` is set when a crash fault fired, `died` when
+    its engine core died (die_after_tokens: it still answers, /health 503)."""
 
     config: SimEngineConfig
     engine: SimEngine
@@ -45,6 +46,7 @@ class EngineHandle:
     _server: uvicorn.Server
     _task: asyncio.Task[None]
     crashed: asyncio.Event = field(default_factory=asyncio.Event)
+    died: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def url(self) -> str:
@@ -89,6 +91,7 @@ async def start_engine(config: SimEngineConfig) -> EngineHandle:
         handle._server.should_exit = True
         handle._server.force_exit = True
 
+    engine.on_death = lambda: holder[0].died.set()
     app = EngineApp(engine, on_crash=crash)
     sock = _bind(config.host, config.port)
     uv_config = uvicorn.Config(

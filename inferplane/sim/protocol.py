@@ -9,6 +9,13 @@ ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServe
                503: "ServiceUnavailableError"}
 
 
+# vLLM's EngineDeadError text (vllm/v1/engine/exceptions.py, 0.32), answered as a 500
+# InternalServerError, in-band on a stream whose HTTP 200 was already sent.
+ENGINE_DEAD_MESSAGE = (
+    "EngineCore encountered an issue. See stack trace (above) for the root cause."
+)
+
+
 class ApiError(Exception):
     """An error answered as `{"error": {message, type, param, code}}` (vLLM >= 0.10)."""
 
@@ -42,6 +49,11 @@ def prompt_too_long(max_model_len: int, prompt_tokens: int) -> ApiError:
         f"(parameter=input_tokens, value={prompt_tokens})",
         "input_tokens",
     )
+
+
+def engine_dead() -> ApiError:
+    """What vLLM answers once its engine core died."""
+    return ApiError(500, ENGINE_DEAD_MESSAGE, error_type="InternalServerError")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ models:
 scaling:
   models:
     {chat}: {{min_replicas: 2, max_replicas: 2, policy: {{target_kv_cache_usage: 0.9}}}}
-gateway: {{host: 127.0.0.1}}
+gateway: {{host: 127.0.0.1, expose_replica_header: true}}  # the tests read which replica answered
 """
 
 
@@ -237,6 +237,11 @@ def test_kill_9_of_an_engine_gives_clean_answers_then_it_restarts(fleet: Fleet) 
         print(f"{CHAT}-1 ready again {time.monotonic() - killed:.1f} s after kill -9",
               file=sys.stderr)
         assert after["pid"] != before["pid"]
+        # seen at once, though EngineCore and the worker held the log pipe open (the
+        # supervisor used to wait for 3 failed health checks)
+        events = fleet.log(f"{CHAT}-1", tail=0)
+        assert "restarting: exited with code -9" in events, events[-3000:]
+        assert "consecutive failed health checks" not in events
         fleet.pgids.add(after["pid"])
         seen = {_chat(client).headers["x-inferplane-replica"] for _ in range(8)}
     assert before["url"] in seen  # routed to again once ready

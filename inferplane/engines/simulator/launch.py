@@ -28,6 +28,7 @@ class SimFaults:
     slowdown: float = 1.0
     crash_after_requests: int | None = None
     hang_after_requests: int | None = None
+    die_after_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,4 +84,6 @@ def sim_argv(args: SimLaunchArgs, *, python: str = sys.executable) -> tuple[str,
             argv += ["--crash-after-requests", str(faults.crash_after_requests)]
         if faults.hang_after_requests is not None:
             argv += ["--hang-after-requests", str(faults.hang_after_requests)]
+        if faults.die_after_tokens is not None:
+            argv += ["--die-after-tokens", str(faults.die_after_tokens)]
     return tuple(argv)

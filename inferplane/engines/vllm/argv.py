@@ -31,7 +31,7 @@ class VllmArgs:
     port: int
     max_model_len: int
     tensor_parallel_size: int
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float | None  # None: not written (CPU: the KV size is explicit)
     host: str | None = None
     pipeline_parallel_size: int = 1  # > 1: one replica over that many nodes (multinode.py)
     max_num_seqs: int | None = None
@@ -64,9 +64,8 @@ def build_vllm_argv(
     ]
     if args.pipeline_parallel_size > 1:
         argv += ["--pipeline-parallel-size", str(args.pipeline_parallel_size)]
-    argv += [
-        "--gpu-memory-utilization", f"{args.gpu_memory_utilization:g}",
-    ]
+    if args.gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", f"{args.gpu_memory_utilization:g}"]
     if args.max_num_seqs is not None:
         argv += ["--max-num-seqs", str(args.max_num_seqs)]
     if args.max_num_batched_tokens is not None:
@@ -135,7 +134,8 @@ def _check_numbers(args: VllmArgs) -> None:
             "max_model_len must be positive", field=f"{where}.max_model_len",
             value=args.max_model_len, fix="use the planner's context length",
         )
-    if not 0 < args.gpu_memory_utilization <= 1:
+    util = args.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
         raise InferplaneError(
             "gpu_memory_utilization is a fraction of the card",
             field=f"{where}.gpu_memory_utilization", value=args.gpu_memory_utilization,

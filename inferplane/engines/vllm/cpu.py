@@ -7,8 +7,9 @@ One place for it, so launch, render and the planner ask instead of knowing: the 
 - **KV cache**: sized explicitly with `--kv-cache-memory-bytes`. Without it the CPU worker
   takes `gpu_memory_utilization` (0.92) x total RAM; `VLLM_CPU_KVCACHE_SPACE` (whole GiB)
   wins over the flag when set, so an inherited value is never passed to an engine
-  (`INHERITED_ENV_DROP`). `--gpu-memory-utilization` stays on the command line (the argv
-  builder always writes it); with an explicit KV size vLLM's CPU worker does not use it.
+  (`INHERITED_ENV_DROP`). `--gpu-memory-utilization` is left off the command line
+  (`serve_argv`): with an explicit KV size vLLM's CPU worker does not use it, and a GPU
+  fraction on a CPU engine's argv only misleads whoever reads it.
 - **Cores**: each engine binds its own cores with `VLLM_CPU_OMP_THREADS_BIND` (`0`, `1`,
   `0-3`, `0,2`). The default `auto` binds every engine to core 0 and reserves the rest,
   so two engines on one host would share one core.
@@ -28,7 +29,7 @@ One place for it, so launch, render and the planner ask instead of knowing: the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferplane.engines.base import Engine
 from inferplane.engines.vllm.argv import VllmArgs, build_vllm_argv
@@ -51,9 +52,9 @@ STARTUP_FLOOR_S = 600.0
 # them out so the KV cache is sized for what the engine will schedule.
 DEFAULT_MAX_NUM_SEQS = 128
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-# Written on the command line only because the argv builder always writes it; unused by
-# the CPU worker once the KV cache size is explicit.
-UNUSED_GPU_MEMORY_UTILIZATION = 0.92
+# vLLM's default `gpu_memory_utilization`: the CPU worker sizes its KV cache as this x
+# total RAM when no size is explicit (the plan always makes it explicit).
+VLLM_DEFAULT_MEMORY_FRACTION = 0.92
 
 
 def threads_bind(cores: Iterable[int]) -> str:
@@ -92,10 +93,10 @@ def engine_env(cores: Sequence[int], base: Mapping[str, str] | None = None) -> d
 
 def serve_argv(args: VllmArgs, *, version: str) -> list[str]:
     """`vllm serve ...` for a CPU engine: the GPU builder's argv with the explicit KV size
-    (`args.kv_cache_memory_bytes` is required here)."""
+    (`args.kv_cache_memory_bytes` is required here) and no `--gpu-memory-utilization`."""
     if args.kv_cache_memory_bytes is None:
         raise ValueError("a CPU engine's KV cache size must be explicit")
-    return build_vllm_argv(args, version=version)
+    return build_vllm_argv(replace(args, gpu_memory_utilization=None), version=version)
 
 
 def plan_notes(scaled_models: Iterable[str]) -> list[str]:
@@ -170,7 +171,7 @@ class VllmCpuEngine(VllmEngine):
         return DEFAULT_MAX_NUM_SEQS, DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     def default_memory_fraction(self, version: str) -> float:
-        return UNUSED_GPU_MEMORY_UTILIZATION
+        return VLLM_DEFAULT_MEMORY_FRACTION
 
 
 ENGINE = VllmCpuEngine()
