@@ -198,7 +198,22 @@ def test_gateway_objects_and_ingress_limits() -> None:  # P40, P41
     (dep,) = docs["gateway/deployment.yaml"]
     assert dep["spec"]["replicas"] >= 2
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "qwen3-32b-fp8=http://qwen3-32b-fp8.inferplane.svc:8000" in args
+    # Pods are discovered (issue 24): no Service URL, which would be one replica per model.
+    assert args[-4:] == ["--discover", "kubernetes", "--namespace", "inferplane"]
+    assert "--backend" not in args
+    assert not [a for a in args if "://" in a or ".svc" in a], args
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "inferplane-gateway"
+    sa, role, binding = docs["gateway/rbac.yaml"]
+    assert (sa["kind"], role["kind"], binding["kind"]) == (
+        "ServiceAccount", "Role", "RoleBinding")
+    assert {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"]} in role["rules"]
+    assert {"apiGroups": [""], "resources": ["pods"],
+            "verbs": ["get", "list", "watch"]} in role["rules"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": "inferplane"}]
     (ing,) = docs["gateway/ingress.yaml"]
     notes = ing["metadata"]["annotations"]
     assert notes["nginx.ingress.kubernetes.io/proxy-body-size"] == "32m"
