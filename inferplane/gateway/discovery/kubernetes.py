@@ -53,6 +53,8 @@ def load_configuration(kubeconfig: str | None = None) -> tuple[Any, str | None]:
         k8s.config.load_incluster_config(client_configuration=cfg)
         ns = SA_NAMESPACE.read_text().strip() if SA_NAMESPACE.exists() else None
         return cfg, ns
+    # Read now, not at the client's import (its default is fixed when it is imported).
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
         k8s.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         _, current = k8s.config.list_kube_config_contexts(config_file=kubeconfig)
