@@ -81,6 +81,7 @@ class FakeApiServer:
         self.token = token
         self.version = 100
         self.slices: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
         self.history: list[tuple[int, str, dict[str, Any]]] = []
         self.compacted = 0  # a watch from a version below this gets 410
         self.changed = asyncio.Condition()
@@ -111,6 +112,7 @@ class FakeApiServer:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get(PATH.format(ns="{ns}"), self._endpointslices)
+        app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._pod)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         await web.SockSite(self._runner, self.sock).start()
@@ -136,6 +138,19 @@ class FakeApiServer:
             "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
         }
         await self._record("MODIFIED" if name in self.slices else "ADDED", name, obj)
+
+    def put_pod(self, name: str, port: int, args: list[str]) -> None:
+        """The pod behind an endpoint, with its engine container's args."""
+        obj = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": self.namespace, "uid": f"uid-{name}",
+                            "resourceVersion": str(self.version)},
+               "spec": {"containers": [
+                   {"name": "sidecar", "image": "busybox", "args": ["--max-num-seqs", "7"]},
+                   {"name": "engine", "image": "vllm/vllm-openai:v0.33.0", "args": args,
+                    "ports": [{"name": "llama", "containerPort": port, "protocol": "TCP"}]},
+               ]}}
+        _validate(obj, "V1Pod")
+        self.pods[name] = obj
 
     async def delete_slice(self, name: str) -> None:
         await self._record("DELETED", name, self.slices[name])
@@ -188,6 +203,17 @@ class FakeApiServer:
                 "metadata": {"resourceVersion": str(self.version)}, "items": items}
         _validate(body, "V1EndpointSliceList")
         return web.json_response(body)
+
+    async def _pod(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
+        self.requests.append("pod")
+        obj = self.pods.get(request.match_info["name"])
+        if obj is None or request.match_info["ns"] != self.namespace:
+            name = request.match_info["name"]
+            return web.json_response(_status(404, "NotFound", f'pods "{name}" not found'),
+                                     status=404)
+        return web.json_response(obj)
 
     async def _watch(self, request: web.Request, selector: str) -> web.StreamResponse:
         self.requests.append("watch")

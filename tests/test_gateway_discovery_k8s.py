@@ -32,6 +32,7 @@ from kubernetes.client import ApiClient
 from inferplane.gateway import GatewayConfig, ModelRoute
 from inferplane.gateway.app import GatewayApp, build_app
 from inferplane.gateway.discovery.kubernetes import KubernetesDiscovery
+from inferplane.gateway.discovery.podcaps import max_num_seqs
 from inferplane.gateway.discovery.registry import DiscoveryOptions, make_source
 from inferplane.gateway.discovery.slices import replicas_of
 from inferplane.sim.config import SimEngineConfig
@@ -73,8 +74,10 @@ class Cluster:
             seen.add(r.headers["x-inferplane-replica"])
         return seen
 
-    async def pod(self, name: str, **conditions: Any) -> None:
+    async def pod(self, name: str, cap: int | None = None, **conditions: Any) -> None:
         h = self.pods[name]
+        if cap is not None:
+            self.api.put_pod(name, h.port, ["--model", "/w", "--max-num-seqs", str(cap)])
         await self.api.put_slice(f"{SVC}-{name}", SVC, h.port,
                                  [endpoint(h.host, name, **conditions)])
 
@@ -297,6 +300,54 @@ def test_replicas_of_matches_oracle(slices: list[list[dict[str, Any]]]) -> None:
     assert {r.url: r.routable for r in got} == expected
     assert len(got) == len({r.url for r in got})  # each endpoint once, however many slices
     assert all(r.name.startswith("pod-") for r in got)
+
+
+async def test_each_pod_is_capped_by_its_own_max_num_seqs(cluster: Cluster) -> None:
+    c = cluster
+    await c.pod("llama-0", cap=1)
+    await c.pod("llama-1", cap=2)
+    await until(lambda: len(c.backends()) == 2)
+    caps = {b.label: b.max_concurrency for b in c.app.state.backends("llama")}
+    assert caps == {"llama-0": 1, "llama-1": 2}  # the engine container's, not the sidecar's
+    pool = c.app.state.pools["llama"]
+    asks = [asyncio.create_task(c.ask(max_tokens=300)) for _ in range(4)]
+    await until(lambda: len(pool.queue) == 1)  # 1 + 2 in flight, the fourth waits
+    assert {b.label: b.outstanding for b in pool.backends} == {"llama-0": 1, "llama-1": 2}
+    assert all(r.status_code == 200 for r in await asyncio.gather(*asks))
+
+    # A pod that cannot be read (here: not found) keeps the model's default cap.
+    await c.api.put_slice("llama-extra", SVC, 9, [endpoint("127.0.0.9", "gone-pod")])
+    await until(lambda: "gone-pod" in c.backends())
+    gone = next(b for b in c.app.state.backends("llama") if b.label == "gone-pod")
+    assert gone.max_concurrency is None
+    assert c.api.requests.count("pod") == 3  # each pod read once
+
+
+def _pod(containers: list[dict[str, Any]]) -> Any:
+    raw = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": f"c{i}", **c} for i, c in enumerate(containers)]}}
+    return ApiClient().deserialize(orjson.dumps(raw).decode(), "V1Pod", "application/json")
+
+
+@pytest.mark.parametrize(
+    ("containers", "expected"),
+    [
+        ([{"args": ["--max-num-seqs", "64"], "ports": [{"containerPort": 8000}]}], 64),
+        ([{"command": ["vllm", "serve", "--max-num-seqs=32"]}], 32),  # the only container
+        ([{"args": ["--max-num-seqs", "9"]},  # a sidecar, not on the endpoint's port
+          {"args": ["--max-model-len", "4096"], "ports": [{"containerPort": 8000}]}], None),
+        ([{"args": ["--max-num-seqs", "lots"], "ports": [{"containerPort": 8000}]}], None),
+        ([{"args": ["--max-num-seqs", "0"], "ports": [{"containerPort": 8000}]}], None),
+        ([{"args": ["--max-num-seqs", "8"], "ports": [{"containerPort": 8001}]},
+          {"args": ["--max-num-seqs", "16"], "ports": [{"containerPort": 8000}]}], 16),
+    ],
+)
+def test_max_num_seqs_of_the_container_on_the_port(
+    containers: list[dict[str, Any]], expected: int | None
+) -> None:
+    for c in containers:
+        c.setdefault("image", "vllm/vllm-openai")
+    assert max_num_seqs(_pod(containers), 8000) == expected
 
 
 # ---- the command itself ------------------------------------------------------------------

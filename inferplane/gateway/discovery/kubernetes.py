@@ -17,11 +17,14 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from inferplane.errors import InferplaneError
-from inferplane.gateway.discovery import DiscoveryStatus, ReplicaSink
+from inferplane.gateway.discovery import DiscoveryStatus, Replica, ReplicaSink, Snapshot
+from inferplane.gateway.discovery.podcaps import max_num_seqs
 from inferplane.gateway.discovery.slices import SERVICE_NAME_LABEL, snapshot_of
 
 log = logging.getLogger(__name__)
@@ -89,7 +92,12 @@ class KubernetesDiscovery:
         self.namespace = namespace or implied or "default"
         k8s = _client()
         self._k8s = k8s
-        self._api = k8s.client.DiscoveryV1Api(k8s.client.ApiClient(cfg))
+        api_client = k8s.client.ApiClient(cfg)
+        self._api = k8s.client.DiscoveryV1Api(api_client)
+        self._core = k8s.client.CoreV1Api(api_client)
+        # (pod name, URL) -> the pod's --max-num-seqs (None: it sets none, or unreadable).
+        self._caps: dict[tuple[str, str], int | None] = {}
+        self._pods_forbidden_logged = False
         self.selector = f"{SERVICE_NAME_LABEL} in ({','.join(sorted(self.services))})"
         self.watch_timeout_s = watch_timeout_s
         self.backoff_s = backoff_s
@@ -182,9 +190,40 @@ class KubernetesDiscovery:
     def _publish(
         self, loop: asyncio.AbstractEventLoop, sink: ReplicaSink, known: Mapping[str, Any]
     ) -> None:
-        snapshot = snapshot_of(known.values(), self.services)
+        snapshot = self._with_caps(snapshot_of(known.values(), self.services))
         if not loop.is_closed():
             loop.call_soon_threadsafe(sink.apply, snapshot)
+
+    def _with_caps(self, snapshot: dict[str, list[Replica]]) -> Snapshot:
+        """Each replica's cap from its pod's spec (read once per pod; `podcaps.py`)."""
+        out = {model: [replace(r, max_concurrency=self._cap(r)) for r in replicas]
+               for model, replicas in snapshot.items()}
+        live = {(r.name, r.url) for replicas in snapshot.values() for r in replicas}
+        self._caps = {k: v for k, v in self._caps.items() if k in live}
+        return out
+
+    def _cap(self, r: Replica) -> int | None:
+        key = (r.name, r.url)
+        if key in self._caps:
+            return self._caps[key]
+        port = urlsplit(r.url).port
+        if r.name == r.url or port is None:  # no pod named by the endpoint
+            return None
+        try:
+            pod = self._core.read_namespaced_pod(r.name, self.namespace,
+                                                 _request_timeout=(5.0, 10.0))
+        except self._k8s.client.ApiException as exc:
+            if exc.status == 403 and not self._pods_forbidden_logged:
+                self._pods_forbidden_logged = True
+                log.warning("kubernetes discovery: may not read pods (RBAC: get on pods); "
+                            "discovered replicas get the model's default cap")
+            if exc.status in (403, 404):
+                self._caps[key] = None
+            return None
+        except Exception:  # unreachable for now: asked again on the next event
+            return None
+        cap = self._caps[key] = max_num_seqs(pod, port)
+        return cap
 
 
 def _describe(exc: Exception) -> str:
