@@ -106,7 +106,6 @@ class KubernetesDiscovery:
         self._stop = threading.Event()
         self._watch: Any = None
         self._thread: threading.Thread | None = None
-        self.relists = 0  # successful lists (the first, then one per resync)
 
     def status(self) -> DiscoveryStatus:
         return self._status
@@ -155,7 +154,6 @@ class KubernetesDiscovery:
         known: dict[str, Any] = {s.metadata.name: s for s in listed.items}
         version = listed.metadata.resource_version
         self._publish(loop, sink, known)
-        self.relists += 1
         if self._status.error is not None or not self._status.synced:
             log.warning(
                 "kubernetes discovery: listed %d endpointslices in namespace %s",
