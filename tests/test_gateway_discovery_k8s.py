@@ -350,6 +350,103 @@ def test_max_num_seqs_of_the_container_on_the_port(
     assert max_num_seqs(_pod(containers), 8000) == expected
 
 
+async def test_two_gateways_hold_from_zero_and_both_answer_when_a_pod_is_ready(
+    tmp_path: Path,
+) -> None:
+    # Issue 24.3: with the render's two gateways, a request held on either one is answered
+    # when the pod (woken by KEDA on the sum of both gateways' queue depths) turns ready:
+    # both watch the same EndpointSlices, so neither needs to have done the waking.
+    engine = await start_engine(SimEngineConfig(model="llama", host="127.0.0.2"))
+    api = FakeApiServer()
+    await api.start()
+    apps, clients = [], []
+    for _ in range(2):
+        app = build_app(GatewayConfig(models=(ModelRoute("llama"),), access_log=False,
+                                      expose_replica_header=True))
+        app.discovery = KubernetesDiscovery(
+            {SVC: "llama"}, None, kubeconfig=str(api.kubeconfig(tmp_path)),
+            backoff_s=0.05, max_backoff_s=0.2)
+        app.state.pools["llama"].activator = lambda: True  # min_replicas: 0 (the CLI's wrap)
+        await app.startup()
+        apps.append(app)
+        clients.append(httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://gw", timeout=30))
+    try:
+        await until(lambda: all(a.discovery is not None and a.discovery.status().synced
+                                for a in apps))
+        for c in clients:
+            ready = (await c.get("/ready")).json()
+            assert ready["models_waking_on_request"] == ["llama"]
+        held = [asyncio.create_task(c.post("/v1/completions", json={
+            "model": "llama", "prompt": "hi", "max_tokens": 2})) for c in clients]
+        await until(lambda: all(len(a.state.pools["llama"].queue) == 1 for a in apps))
+        for c in clients:  # what the ScaledObject sums over the gateway pods
+            text = (await c.get("/metrics")).text
+            assert 'inferplane_queue_depth{model="llama"} 1.0' in text
+        await api.put_slice(f"{SVC}-x", SVC, engine.port, [endpoint("127.0.0.2", "llama-0")])
+        answers = await asyncio.gather(*held)
+        assert [r.status_code for r in answers] == [200, 200]
+        assert {r.headers["x-inferplane-replica"] for r in answers} == {"llama-0"}
+    finally:
+        for c in clients:
+            await c.aclose()
+        for a in apps:
+            await a.shutdown()
+        await api.stop()
+        await engine.stop()
+
+
+async def test_two_gateways_share_one_keys_limit_through_redis(tmp_path: Path) -> None:
+    # Issue 24.3: limits stay shared across the render's gateway replicas (Redis).
+    from tenancy_fixtures import NO_REDIS, REDIS_URL
+
+    from inferplane.store import Store
+    from inferplane.tenancy.keys import create_key
+    from inferplane.tenancy.limits import RedisLimiter
+    from inferplane.tenancy.service import Tenancy
+
+    if not REDIS_URL:
+        pytest.skip(NO_REDIS)
+    engine = await start_engine(SimEngineConfig(model="llama", host="127.0.0.2"))
+    api = FakeApiServer()
+    await api.start()
+    await api.put_slice(f"{SVC}-x", SVC, engine.port, [endpoint("127.0.0.2", "llama-0")])
+    db = f"sqlite:///{tmp_path / 'keys.db'}"
+    prefix = f"iptest:{os.urandom(4).hex()}:"
+    stores = [await Store.open(db) for _ in range(2)]
+    _, secret = await create_key(stores[0], "shared", rpm=2)
+    apps, clients, limiters = [], [], []
+    for store in stores:
+        limiter = RedisLimiter(REDIS_URL, prefix=prefix)
+        tenancy = Tenancy(store, limiter, refresh_s=0.05, ledger_flush_s=0.05)
+        app = build_app(GatewayConfig(models=(ModelRoute("llama"),), access_log=False),
+                        tenancy)
+        app.discovery = KubernetesDiscovery({SVC: "llama"}, None,
+                                            kubeconfig=str(api.kubeconfig(tmp_path)))
+        await app.startup()
+        apps.append(app)
+        limiters.append(limiter)
+        clients.append(httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://gw", timeout=30))
+    try:
+        await until(lambda: all(len(a.state.backends("llama")) == 1 for a in apps))
+        auth = {"Authorization": f"Bearer {secret}"}
+        body = {"model": "llama", "prompt": "hi", "max_tokens": 2}
+        codes = [(await clients[i].post("/v1/completions", json=body, headers=auth)).status_code
+                 for i in (0, 1, 0, 1)]
+        assert codes == [200, 200, 429, 429]  # 2 per minute for the key, not per gateway
+    finally:
+        await limiters[0].clear()
+        for c in clients:
+            await c.aclose()
+        for a in apps:
+            await a.shutdown()  # closes its limiter
+        for store in stores:
+            await store.close()
+        await api.stop()
+        await engine.stop()
+
+
 # ---- the command itself ------------------------------------------------------------------
 
 
