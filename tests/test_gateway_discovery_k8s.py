@@ -264,6 +264,17 @@ def test_registry_and_errors(tmp_path: Path) -> None:
     api.sock.close()
 
 
+def test_in_a_pod_without_a_token_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferplane.errors import InferplaneError
+
+    if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
+        pytest.skip("this machine is a pod with a ServiceAccount token")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    with pytest.raises(InferplaneError, match="no in-cluster Kubernetes configuration"):
+        KubernetesDiscovery({SVC: "llama"})
+
+
 # ---- the slice -> replica rules, against an obviously correct oracle -------------------
 
 _ep = st.fixed_dictionaries({

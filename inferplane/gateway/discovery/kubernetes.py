@@ -53,7 +53,16 @@ def load_configuration(kubeconfig: str | None = None) -> tuple[Any, str | None]:
     k8s = _client()
     cfg = k8s.client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        k8s.config.load_incluster_config(client_configuration=cfg)
+        try:
+            k8s.config.load_incluster_config(client_configuration=cfg)
+        except k8s.config.ConfigException as exc:
+            raise InferplaneError(
+                "no in-cluster Kubernetes configuration",
+                field="--discover",
+                value="kubernetes",
+                fix="give the pod a ServiceAccount token (automountServiceAccountToken: "
+                f"true), or unset KUBERNETES_SERVICE_HOST and set KUBECONFIG ({exc})",
+            ) from exc
         ns = SA_NAMESPACE.read_text().strip() if SA_NAMESPACE.exists() else None
         return cfg, ns
     # Read now, not at the client's import (its default is fixed when it is imported).
@@ -106,6 +115,7 @@ class KubernetesDiscovery:
         self._stop = threading.Event()
         self._watch: Any = None
         self._thread: threading.Thread | None = None
+        self._delay = backoff_s  # the next retry's wait; doubles per failure in a row
 
     def status(self) -> DiscoveryStatus:
         return self._status
@@ -125,26 +135,27 @@ class KubernetesDiscovery:
         # for a watch to time out would hold the gateway's shutdown for minutes.
 
     def _run(self, loop: asyncio.AbstractEventLoop, sink: ReplicaSink) -> None:
-        delay = self.backoff_s
+        self._delay = self.backoff_s
         while not self._stop.is_set():
             try:
                 self._list_and_watch(loop, sink)
-                delay = self.backoff_s
             except Exception as exc:
                 if self._stop.is_set():
                     return
+                delay = self._delay
+                self._delay = min(self.max_backoff_s, delay * 2)
                 gone = isinstance(exc, self._k8s.client.ApiException) and exc.status == HTTP_GONE
-                if gone:  # an expired version, not a failure: relist at once
-                    log.info("kubernetes discovery: watch expired (410 Gone), relisting")
-                    continue
-                why = _describe(exc)
-                self._status = DiscoveryStatus(self.name, self._status.synced, why)
-                log.warning(
-                    "kubernetes discovery: endpointslices in namespace %s: %s "
-                    "(retrying in %.1f s)", self.namespace, why, delay,
-                )
+                if gone:  # the version expired (compaction): not a failure, but relist
+                    log.info("kubernetes discovery: watch expired (410 Gone), relisting "
+                             "in %.1f s", delay)
+                else:
+                    why = _describe(exc)
+                    self._status = DiscoveryStatus(self.name, self._status.synced, why)
+                    log.warning(
+                        "kubernetes discovery: endpointslices in namespace %s: %s "
+                        "(retrying in %.1f s)", self.namespace, why, delay,
+                    )
                 self._stop.wait(delay)
-                delay = min(self.max_backoff_s, delay * 2)
 
     def _list_and_watch(self, loop: asyncio.AbstractEventLoop, sink: ReplicaSink) -> None:
         timeout = (5.0, self.watch_timeout_s + 30.0)  # (connect, read) seconds
@@ -160,6 +171,7 @@ class KubernetesDiscovery:
                 len(known), self.namespace,
             )
         self._status = DiscoveryStatus(self.name, synced=True)
+        self._delay = self.backoff_s  # a good list ends a run of failures
         while not self._stop.is_set():
             self._watch = w = self._k8s.watch.Watch()
             for event in w.stream(
@@ -189,8 +201,10 @@ class KubernetesDiscovery:
         self, loop: asyncio.AbstractEventLoop, sink: ReplicaSink, known: Mapping[str, Any]
     ) -> None:
         snapshot = self._with_caps(snapshot_of(known.values(), self.services))
-        if not loop.is_closed():
+        try:
             loop.call_soon_threadsafe(sink.apply, snapshot)
+        except RuntimeError:  # the loop is closed: the gateway has shut down
+            self._stop.set()
 
     def _with_caps(self, snapshot: dict[str, list[Replica]]) -> Snapshot:
         """Each replica's cap from its pod's spec (read once per pod; `podcaps.py`)."""
