@@ -519,14 +519,26 @@ async def test_cli_gateway_discovers_pods_from_kubeconfig(tmp_path: Path) -> Non
         (["--fleet", "FLEET", "--discover", "consul"], "use one of: kubernetes"),
     ],
 )
-def test_cli_discovery_errors_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+def test_cli_discovery_errors_name_the_fix(args: list[str], needle: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from inferplane.cli.main import _register_commands, app
+    from inferplane.errors import InferplaneError
+
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("models:\n  - name: llama\n    source: Qwen/Qwen3-0.6B\n")
+    _register_commands()
     argv = [str(fleet) if a == "FLEET" else a for a in args]
+    r = CliRunner().invoke(app, ["gateway", "--no-tenancy", *argv])
+    assert isinstance(r.exception, InferplaneError)
+    assert needle in str(r.exception)
+
+
+def test_cli_discovery_error_exits_2() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "inferplane", "gateway", "--no-tenancy", *argv],
+        [sys.executable, "-m", "inferplane", "gateway", "--no-tenancy", "--discover", "kubernetes"],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
     )
     assert proc.returncode == 2, proc.stderr
-    assert needle in proc.stderr
+    assert "--fleet FLEET.yaml too" in proc.stderr
