@@ -507,6 +507,7 @@ async def test_cli_gateway_discovers_pods_from_kubeconfig(tmp_path: Path) -> Non
         _, stderr = await asyncio.wait_for(proc.communicate(), 15)
         await api.stop()
         await engine.stop()
+    assert b"kubernetes discovery: listed 1 endpointslices in namespace ns" in stderr
     logged = [orjson.loads(line) for line in stderr.splitlines() if line.startswith(b"{")]
     assert [line["replica"] for line in logged if line.get("model") == "llama"] == ["llama-0"]
 
