@@ -121,6 +121,7 @@ class FakeApiServer:
         if self._runner is not None:
             await self.drop_watches()
             await self._runner.cleanup()
+            self._runner = None
 
     # ---- changing the cluster ------------------------------------------------------
 

@@ -214,6 +214,25 @@ async def test_api_server_down_at_start(
         assert "listed 1 endpointslices" in caplog.text
 
 
+async def test_not_ready_before_the_first_list_even_when_models_wake_on_request(
+    tmp_path: Path,
+) -> None:
+    async with _cluster(tmp_path, start_api=False) as c:
+        c.app.state.pools["llama"].activator = lambda: True  # min_replicas: 0
+        r = await c.client.get("/ready")
+        assert r.status_code == 503
+        assert r.json()["models_waking_on_request"] == ["llama"]
+        assert r.json()["discovery"]["synced"] is False
+        await c.api.start()
+        await until(lambda: c.discovery.status().synced)
+        assert (await c.client.get("/ready")).status_code == 200  # held from here on
+        await c.api.stop()  # the API server goes away after a good list
+        await until(lambda: c.discovery.status().error is not None)
+        r = await c.client.get("/ready")
+        assert r.status_code == 200, r.text  # the last list stays in force
+        assert "cannot reach the API server" in r.json()["discovery"]["error"]
+
+
 async def test_wrong_token_is_named_on_ready(tmp_path: Path) -> None:
     async with _cluster(tmp_path, token="stale-token") as c:
         await until(lambda: "401" in c.api.requests)

@@ -476,15 +476,18 @@ class GatewayApp:
             if not pool.any_routable():
                 wakes = pool.activator is not None and pool.activator()
                 (waking if wakes else missing).append(name)
-        body: dict[str, Any] = {"status": "not ready" if missing else "ready"}
+        # A discovery source that has never listed knows no replica at all (later errors
+        # keep its last list in force, so only the first one gates readiness).
+        st = self.discovery.status() if self.discovery is not None else None
+        unready = bool(missing) or (st is not None and not st.synced)
+        body: dict[str, Any] = {"status": "not ready" if unready else "ready"}
         if missing:
             body["models_without_replicas"] = missing
         if waking:
             body["models_waking_on_request"] = waking
-        if self.discovery is not None:
-            st = self.discovery.status()
+        if st is not None:
             body["discovery"] = {"source": st.source, "synced": st.synced, "error": st.error}
-        await self._respond(send, 503 if missing else 200, orjson.dumps(body), b"")
+        await self._respond(send, 503 if unready else 200, orjson.dumps(body), b"")
 
     def _live_series(self) -> Iterator[tuple[str, str, int, int]]:
         for name, pool in self.state.pools.items():
