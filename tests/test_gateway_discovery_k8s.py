@@ -283,6 +283,14 @@ def test_registry_and_errors(tmp_path: Path) -> None:
     api.sock.close()
 
 
+def test_without_the_client_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferplane.errors import InferplaneError
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # import kubernetes -> ImportError
+    with pytest.raises(InferplaneError, match=r"inferplane\[k8s\]"):
+        KubernetesDiscovery({SVC: "llama"})
+
+
 def test_in_a_pod_without_a_token_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from inferplane.errors import InferplaneError
 
