@@ -19,9 +19,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY inferplane ./inferplane
 # Dependencies come from pyproject.toml's bounds (with the tracing extra, so gateway.tracing
-# works in the cluster); the package itself is this checkout.
+# works in the cluster, and k8s, for `gateway --discover kubernetes`); the package itself is
+# this checkout.
 RUN python -m venv /opt/inferplane \
- && /opt/inferplane/bin/pip install --no-cache-dir ".[tracing]" \
+ && /opt/inferplane/bin/pip install --no-cache-dir ".[tracing,k8s]" \
  && /opt/inferplane/bin/inferplane version
 
 FROM ${PYTHON_IMAGE}

@@ -198,7 +198,22 @@ def test_gateway_objects_and_ingress_limits() -> None:  # P40, P41
     (dep,) = docs["gateway/deployment.yaml"]
     assert dep["spec"]["replicas"] >= 2
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "qwen3-32b-fp8=http://qwen3-32b-fp8.inferplane.svc:8000" in args
+    # Pods are discovered (issue 24): no Service URL, which would be one replica per model.
+    assert args[-4:] == ["--discover", "kubernetes", "--namespace", "inferplane"]
+    assert "--backend" not in args
+    assert not [a for a in args if "://" in a or ".svc" in a], args
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "inferplane-gateway"
+    sa, role, binding = docs["gateway/rbac.yaml"]
+    assert (sa["kind"], role["kind"], binding["kind"]) == (
+        "ServiceAccount", "Role", "RoleBinding")
+    assert {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"]} in role["rules"]
+    assert {"apiGroups": [""], "resources": ["pods"],
+            "verbs": ["get", "list", "watch"]} in role["rules"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": "inferplane"}]
     (ing,) = docs["gateway/ingress.yaml"]
     notes = ing["metadata"]["annotations"]
     assert notes["nginx.ingress.kubernetes.io/proxy-body-size"] == "32m"
@@ -237,3 +252,40 @@ def test_kubectl_kustomize_builds(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d]
     assert kinds.count("Deployment") == 4 and "ScaledObject" in kinds
+
+
+def test_placement_node_pins_render_as_hostname_selectors() -> None:
+    # compose and systemd keep placement.node; Kubernetes did not (issue 24).
+    from deploy_plans import S0_FLEET
+
+    from inferplane.spec import parse_fleet
+
+    pinned = S0_FLEET.replace(
+        "cudagraph_capture_sizes: [1, 2, 4, 8]\n    placement:\n",
+        "cudagraph_capture_sizes: [1, 2, 4, 8]\n    placement:\n      node: l40s-node-1\n",
+    )
+    assert pinned != S0_FLEET
+
+    def scenario() -> Any:
+        _, plan, _ = s0()
+        return parse_fleet(pinned, filename="s0.yaml", base_dir="/srv"), plan, pinned
+
+    deps = _deployments(_k8s(scenario))
+    selectors = {name: d["spec"]["template"]["spec"]["nodeSelector"] for name, d in deps.items()
+                 if name != "inferplane-gateway"}
+    (name,) = [n for n in selectors if "qwen3-30b-a3b" in n]
+    assert selectors[name] == {"nvidia.com/gpu.product": "NVIDIA-L40S",
+                               "kubernetes.io/hostname": "l40s-node-1"}
+    others = [s for n, s in selectors.items() if n != name]
+    assert others and all("kubernetes.io/hostname" not in s for s in others)
+    labelled = pinned.replace("nvidia.com/gpu.product: NVIDIA-L40S",
+                              "nvidia.com/gpu.product: NVIDIA-L40S\n"
+                              "        kubernetes.io/hostname: gpu-host-17")
+
+    def scenario2() -> Any:
+        _, plan, _ = s0()
+        return parse_fleet(labelled, filename="s0.yaml", base_dir="/srv"), plan, labelled
+
+    deps = _deployments(_k8s(scenario2))
+    spec = deps[name]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"]["kubernetes.io/hostname"] == "gpu-host-17"

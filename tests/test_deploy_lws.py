@@ -175,8 +175,8 @@ def test_service_and_podmonitor_select_leaders_pdb_the_group() -> None:
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"]["inferplane.io/workload"] == LWS
     (gw,) = docs["gateway/deployment.yaml"]
-    assert ("llama-3.1-70b=http://llama-3-1-70b.inferplane.svc:8000"
-            in gw["spec"]["template"]["spec"]["containers"][0]["args"])
+    args = gw["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--discover" in args and not [a for a in args if "://" in a]  # pods, not Services
 
 
 def test_render_is_valid_and_kustomize_builds(tmp_path: Path) -> None:

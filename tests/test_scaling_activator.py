@@ -95,8 +95,8 @@ def test_inferplane_gateway_wraps_models_that_scale_to_zero(
     seen: dict[str, Any] = {}
 
     def fake_serve(config: GatewayConfig, host: Any, port: Any, tenancy: Any,
-                   wrap: Any = None) -> None:
-        seen["config"], seen["wrap"] = config, wrap
+                   wrap: Any = None, discovery: Any = None) -> None:
+        seen["config"], seen["wrap"], seen["discovery"] = config, wrap, discovery
 
     monkeypatch.setattr("inferplane.gateway.server.serve", fake_serve)
     _register_commands()
@@ -106,3 +106,44 @@ def test_inferplane_gateway_wraps_models_that_scale_to_zero(
     assert out.exit_code == 0, out.output
     wrapped = seen["wrap"](build_app(seen["config"]))
     assert isinstance(wrapped, ActivatingApp) and wrapped.activator.models == ["night"]
+
+
+def test_discovered_pods_hold_for_scale_from_zero_without_health_probing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With --discover kubernetes readiness comes from the API (a draining pod must not be
+    # re-admitted by a /health probe), so the model is only marked "held while empty".
+    from k8s_apiserver import FakeApiServer
+
+    from inferplane.gateway.discovery.kubernetes import KubernetesDiscovery
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "engine: sim\nmodels:\n"
+        "  - {name: night, source: Qwen/Qwen3-0.6B, replicas: 0}\n"
+        "  - {name: day, source: Qwen/Qwen3-0.6B}\n"
+        "scaling:\n  models:\n    night: {min_replicas: 0, max_replicas: 2}\n"
+        "    day: {min_replicas: 1, max_replicas: 2}\n"
+    )
+    api = FakeApiServer()
+    monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path)))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    seen: dict[str, Any] = {}
+
+    def fake_serve(config: GatewayConfig, host: Any, port: Any, tenancy: Any,
+                   wrap: Any = None, discovery: Any = None) -> None:
+        seen["config"], seen["wrap"], seen["discovery"] = config, wrap, discovery
+
+    monkeypatch.setattr("inferplane.gateway.server.serve", fake_serve)
+    _register_commands()
+    out = CliRunner().invoke(app, ["gateway", "--fleet", str(fleet), "--no-tenancy",
+                                   "--discover", "kubernetes"])
+    api.sock.close()
+    assert out.exit_code == 0, out.output
+    assert isinstance(seen["discovery"], KubernetesDiscovery)
+    assert seen["discovery"].services == {"night": "night", "day": "day"}
+    gw = build_app(seen["config"])
+    assert seen["wrap"](gw) is gw  # no ZeroActivator probing /health
+    night, day = gw.state.pools["night"], gw.state.pools["day"]
+    assert night.activator is not None and night.activator()
+    assert day.activator is None

@@ -47,6 +47,14 @@ def gateway(
         "$INFERPLANE_DATABASE_URL(_FILE), the fleet's, else .inferplane/)."
     ),
     tenancy: bool = typer.Option(True, help="API keys, limits, usage ledger, DB routes."),
+    discover: str | None = typer.Option(
+        None, "--discover", help="Find each model's replicas at run time: kubernetes "
+        "(EndpointSlices of the model's Service; needs inferplane[k8s], docs/deploy.md)."
+    ),
+    namespace: str | None = typer.Option(
+        None, "--namespace", help="Kubernetes namespace to discover in (default: the "
+        "pod's own, else the kubeconfig context's, else default)."
+    ),
     ratelimit_headers: str | None = typer.Option(
         None,
         "--ratelimit-headers",
@@ -64,6 +72,20 @@ def gateway(
             field="--ratelimit-headers",
             value=ratelimit_headers,
             fix="use always (every response, like OpenAI) or on_429 (refusals only)",
+        )
+    if discover is not None and fleet is None:
+        raise InferplaneError(
+            "discovery needs the models to look for",
+            field="--discover",
+            value=discover,
+            fix="give --fleet FLEET.yaml too",
+        )
+    if namespace is not None and discover != "kubernetes":
+        raise InferplaneError(
+            "--namespace is for Kubernetes discovery",
+            field="--namespace",
+            value=namespace,
+            fix="add --discover kubernetes, or drop --namespace",
         )
     if fleet is None and not backend:
         raise InferplaneError(
@@ -92,6 +114,11 @@ def gateway(
     config = replace(config, models=tuple(models), access_log=access_log)
     if access_log_path is not None:
         config = replace(config, access_log_path=str(access_log_path))
+    source = None
+    if discover is not None:
+        from inferplane.gateway.discovery.registry import DiscoveryOptions, make_source
+
+        source = make_source(discover, config, DiscoveryOptions(namespace=namespace))
     typer.echo(
         f"inferplane gateway on http://{host or config.host}:{port or config.port} "
         f"({len(config.models)} models)",
@@ -99,14 +126,23 @@ def gateway(
     )
     zero = sorted(m for m, b in spec.scaling.models.items() if b.min_replicas == 0) if spec else []
     wrap: Callable[[GatewayApp], object] | None = None
-    if zero:  # scaled to zero behind a Service: hold while KEDA activates (docs/scaling.md)
+    if zero and source is not None:
+        # Discovered pods: a model with none is held (KEDA activates on the queue depth)
+        # and a pod that turns ready takes the held requests; readiness is the API's, so
+        # no /health probing that would re-admit a pod that is draining.
+        def wrap(gw: GatewayApp) -> object:
+            for model in zero:
+                if model in gw.state.pools:
+                    gw.state.pools[model].activator = lambda: True
+            return gw
+    elif zero:  # scaled to zero behind a Service: hold while KEDA activates (docs/scaling.md)
         from inferplane.scaling.activator import with_zero_activation
 
         def wrap(gw: GatewayApp) -> object:
             return with_zero_activation(gw, zero)
 
     serve(config, host, port, _tenancy(spec, db, ratelimit_headers) if tenancy else None,
-          wrap=wrap)
+          wrap=wrap, discovery=source)
 
 
 def _tenancy(spec: FleetSpec | None, db: str | None, ratelimit_headers: str | None) -> Tenancy:

@@ -59,6 +59,7 @@ from inferplane.gateway.upstream import (
 
 if TYPE_CHECKING:
     from inferplane.console import ConsoleApp
+    from inferplane.gateway.discovery import DiscoverySource
     from inferplane.tenancy.keys import KeyPolicy
     from inferplane.tenancy.service import Admission, Tenancy
     from inferplane.tenancy.streams import UsageStripper
@@ -197,6 +198,8 @@ class GatewayApp:
         self._probes: set[asyncio.Task[None]] = set()  # health checks after a total timeout
         self._started = False
         self.console: ConsoleApp | None = None  # the web console at /ui (console.attach)
+        # Replicas found at run time (gateway.discovery: Kubernetes EndpointSlices).
+        self.discovery: DiscoverySource | None = None
         if tenancy is not None:
             tenancy.register_metrics(self.metrics.registry)
 
@@ -224,10 +227,16 @@ class GatewayApp:
         self.monitor.start()
         if self.access_log is not None:
             self.access_log.start()
+        if self.discovery is not None:
+            from inferplane.gateway.discovery.sink import StateSink
+
+            await self.discovery.start(StateSink(self.state))
 
     async def shutdown(self) -> None:
         if self.console is not None:
             await self.console.stop()
+        if self.discovery is not None:
+            await self.discovery.stop()
         await self.monitor.stop()
         if self.tenancy is not None:
             await self.tenancy.stop()
@@ -468,12 +477,18 @@ class GatewayApp:
             if not pool.any_routable():
                 wakes = pool.activator is not None and pool.activator()
                 (waking if wakes else missing).append(name)
-        body: dict[str, Any] = {"status": "not ready" if missing else "ready"}
+        # A discovery source that has never listed knows no replica at all (later errors
+        # keep its last list in force, so only the first one gates readiness).
+        st = self.discovery.status() if self.discovery is not None else None
+        unready = bool(missing) or (st is not None and not st.synced)
+        body: dict[str, Any] = {"status": "not ready" if unready else "ready"}
         if missing:
             body["models_without_replicas"] = missing
         if waking:
             body["models_waking_on_request"] = waking
-        await self._respond(send, 503 if missing else 200, orjson.dumps(body), b"")
+        if st is not None:
+            body["discovery"] = {"source": st.source, "synced": st.synced, "error": st.error}
+        await self._respond(send, 503 if unready else 200, orjson.dumps(body), b"")
 
     def _live_series(self) -> Iterator[tuple[str, str, int, int]]:
         for name, pool in self.state.pools.items():

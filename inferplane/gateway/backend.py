@@ -51,9 +51,12 @@ class Backend:
         ready: bool = True,
         max_concurrency: int | None = None,
         api_key: str | None = None,
+        name: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        self.label = redact_url(self.url)  # what logs and metrics show
+        # What logs, metrics and x-inferplane-replica show: a discovered replica's own name
+        # (a Kubernetes pod), else its URL without credentials.
+        self.label = name or redact_url(self.url)
         # What clients see in error messages: a stable name, not an internal address (the
         # access log maps a request id to the replica's URL).
         self.public = "replica-" + hashlib.sha256(self.url.encode()).hexdigest()[:8]

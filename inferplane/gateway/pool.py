@@ -83,6 +83,7 @@ class Pool:
                 old.ready = new.ready
                 old.max_concurrency = new.max_concurrency
                 old.api_key = new.api_key
+                old.label = new.label  # a new pod may reuse a gone pod's IP
                 merged.append(old)
             else:
                 merged.append(new)

@@ -1,4 +1,5 @@
-"""`x-inferplane-replica`: the URL of the engine that answered, for whom it is meant.
+"""`x-inferplane-replica`: the engine that answered (its URL, or a discovered pod's name:
+`Backend.label`), for whom it is meant.
 
 The header names an internal address, so it is off for API clients by default
 (`gateway.expose_replica_header: true` sends it on every response). The console's

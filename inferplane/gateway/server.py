@@ -15,6 +15,7 @@ from inferplane.gateway.config import GatewayConfig
 from inferplane.gateway.connections import Connections, protocol_for, raise_nofile_soft_limit
 
 if TYPE_CHECKING:
+    from inferplane.gateway.discovery import DiscoverySource
     from inferplane.tenancy.service import Tenancy
 
 
@@ -54,13 +55,16 @@ def serve(
     port: int | None = None,
     tenancy: Tenancy | None = None,
     wrap: Callable[[GatewayApp], Any] | None = None,
+    discovery: DiscoverySource | None = None,
 ) -> None:
     """Run the gateway in the foreground until interrupted. `wrap` may put an ASGI
-    wrapper around the app (scale-from-zero activation, `inferplane.scaling.activator`)."""
+    wrapper around the app (scale-from-zero activation, `inferplane.scaling.activator`);
+    `discovery` adds the replicas a source finds (`inferplane.gateway.discovery`)."""
     raise_nofile_soft_limit()  # P30; the connection cap stays below what is left
     logfilter.install()  # one line per 10 s, not a traceback per failed accept()
     tune_gc()
     app = build_app(config, tenancy)
+    app.discovery = discovery
     asgi = wrap(app) if wrap is not None else app
     uvicorn.Server(
         uvicorn_config(asgi, host or config.host, port or config.port, app.connections)

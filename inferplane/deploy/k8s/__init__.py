@@ -79,6 +79,7 @@ def render_k8s(fleet: FleetSpec, plan: Plan, options: RenderOptions, fleet_text:
     files["gateway/deployment.yaml"] = [gateway.deployment(ctx, config_hash)]
     files["gateway/service.yaml"] = [gateway.service(ctx)]
     files["gateway/pdb.yaml"] = [gateway.pdb(ctx)]
+    files["gateway/rbac.yaml"] = gateway.rbac(ctx)
     files["gateway/podmonitor.yaml"] = [monitoring.gateway_pod_monitor(ctx)]
     if options.ingress_host:
         files["gateway/ingress.yaml"] = [gateway.ingress(ctx, options.ingress_host)]

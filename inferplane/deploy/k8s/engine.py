@@ -216,6 +216,9 @@ def pod_spec(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
         del spec["tolerations"]
         if not spec["nodeSelector"]:
             del spec["nodeSelector"]
+    pin = _node_pin(ctx, workload)
+    if pin is not None:  # placement.node, as compose and systemd keep it
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME_LABEL: pin}
     if prewarmed:
         spec["initContainers"] = [weights.wait_init_container(ctx, prewarmed)]
         volumes.append(weights.prewarm_root_volume(ctx))
@@ -228,3 +231,22 @@ def pod_spec(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
 
 __all__ = ["engine_argv", "engine_container", "launcher_script", "pod_spec", "shm_gib",
            "startup_budget_s"]
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def _node_pin(ctx: K8sContext, workload: Workload) -> str | None:
+    """The node a workload's models are pinned to (`placement.node`): the inventory node's
+    own `kubernetes.io/hostname` label when the fleet gives one, else its name."""
+    pins = {m.placement.node for m in ctx.fleet.models
+            if m.name in workload.models and m.placement.node is not None}
+    if len(pins) != 1:  # none, or members pinned apart (the planner keeps those apart)
+        return None
+    (node,) = pins
+    inventory = ctx.fleet.gpus
+    for n in inventory.nodes if inventory is not None else []:
+        if n.name == node:
+            return str(dict(n.labels).get(HOSTNAME_LABEL, node))
+    return node
+

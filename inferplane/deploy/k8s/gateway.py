@@ -1,5 +1,7 @@
-"""The gateway: ConfigMap (the fleet file), Deployment (>= 2 replicas), Service, PDB and an
-optional Ingress with an explicit body limit (P41) and long timeouts (P40)."""
+"""The gateway: ConfigMap (the fleet file), Deployment (>= 2 replicas), Service, PDB, an
+optional Ingress with an explicit body limit (P41) and long timeouts (P40), and the RBAC its
+pod discovery needs (it watches the EndpointSlices of every model's Service, so each pod
+is a replica of its own: docs/deploy.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import math
 from typing import Any
 
 from inferplane.deploy.k8s.context import K8sContext
-from inferplane.deploy.k8s.services import service_url
 from inferplane.deploy.names import LABEL_COMPONENT, LABEL_PART_OF, PART_OF
 
 GATEWAY_NAME = "inferplane-gateway"
@@ -33,11 +34,33 @@ def config_map(ctx: K8sContext, fleet_text: str) -> dict[str, Any]:
 
 
 def gateway_args(ctx: K8sContext) -> list[str]:
-    args = ["gateway", "--fleet", f"{CONFIG_MOUNT}/fleet.yaml", "--host", "0.0.0.0",
-            "--port", str(ctx.fleet.gateway.port)]
-    for model in ctx.models:
-        args += ["--backend", f"{model}={service_url(ctx, model)}"]
-    return args
+    # No Service URLs: behind one, kube-proxy would spread requests at random and the
+    # balancer would see a whole model as one replica (issue 24).
+    return ["gateway", "--fleet", f"{CONFIG_MOUNT}/fleet.yaml", "--host", "0.0.0.0",
+            "--port", str(ctx.fleet.gateway.port),
+            "--discover", "kubernetes", "--namespace", ctx.namespace]
+
+
+def rbac(ctx: K8sContext) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding: read EndpointSlices (discovery) and pods (the
+    labels a pod's replica carries), in the fleet's namespace only."""
+    rules = [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    ]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": ctx.metadata(GATEWAY_NAME, "gateway")},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": ctx.metadata(GATEWAY_NAME, "gateway"), "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": ctx.metadata(GATEWAY_NAME, "gateway"),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": GATEWAY_NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": GATEWAY_NAME,
+                       "namespace": ctx.namespace}]},
+    ]
 
 
 def deployment(ctx: K8sContext, config_hash: str) -> dict[str, Any]:
@@ -75,6 +98,7 @@ def deployment(ctx: K8sContext, config_hash: str) -> dict[str, Any]:
                 "metadata": {"labels": _labels(ctx),
                              "annotations": {"inferplane.io/fleet-sha256": config_hash}},
                 "spec": {
+                    "serviceAccountName": GATEWAY_NAME,  # rbac(): watches EndpointSlices
                     "containers": [container],
                     "enableServiceLinks": False,
                     "terminationGracePeriodSeconds": drain_s + ctx.options.grace_margin_s,

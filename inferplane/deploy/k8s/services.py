@@ -33,7 +33,3 @@ def model_selector(ctx: K8sContext, model: str) -> dict[str, str]:
     if ctx.spans_nodes(model):
         selector.update(leader_selector())
     return selector
-
-
-def service_url(ctx: K8sContext, model: str) -> str:
-    return f"http://{service_name(model)}.{ctx.namespace}.svc:{ENGINE_SERVICE_PORT}"

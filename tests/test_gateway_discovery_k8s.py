@@ -1,0 +1,572 @@
+"""`--discover kubernetes`: every ready pod of a model is its own replica (issue 24).
+
+The API server is `k8s_apiserver.FakeApiServer` (the real wire format, objects validated
+by the kubernetes client's models); the pods are simulated engines on 127.0.0.2 and
+127.0.0.3, standing in for pod IPs. The gateway is the real app with the real discovery
+thread and the official client, configured from a kubeconfig as outside a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from k8s_apiserver import FakeApiServer, endpoint
+from kubernetes.client import ApiClient
+
+from inferplane.gateway import GatewayConfig, ModelRoute
+from inferplane.gateway.app import GatewayApp, build_app
+from inferplane.gateway.discovery.kubernetes import KubernetesDiscovery
+from inferplane.gateway.discovery.podcaps import max_num_seqs
+from inferplane.gateway.discovery.registry import DiscoveryOptions, make_source
+from inferplane.gateway.discovery.slices import replicas_of
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.host import EngineHandle, start_engine
+
+SVC = "llama"  # the renderer's Service name for model "llama" (object_name)
+
+
+async def until(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached within the timeout")
+        await asyncio.sleep(0.02)
+
+
+@dataclass
+class Cluster:
+    api: FakeApiServer
+    app: GatewayApp
+    client: httpx.AsyncClient
+    pods: dict[str, EngineHandle]
+    discovery: KubernetesDiscovery
+
+    def backends(self) -> dict[str, bool]:
+        return {b.label: b.ready for b in self.app.state.backends("llama")}
+
+    async def ask(self, max_tokens: int = 2) -> httpx.Response:
+        return await self.client.post(
+            "/v1/completions", json={"model": "llama", "prompt": "hi", "max_tokens": max_tokens}
+        )
+
+    async def replicas_answering(self, n: int = 12) -> set[str]:
+        seen = set()
+        for _ in range(n):
+            r = await self.ask()
+            assert r.status_code == 200, r.text
+            seen.add(r.headers["x-inferplane-replica"])
+        return seen
+
+    async def pod(self, name: str, cap: int | None = None, **conditions: Any) -> None:
+        h = self.pods[name]
+        if cap is not None:
+            self.api.put_pod(name, h.port, ["--model", "/w", "--max-num-seqs", str(cap)])
+        await self.api.put_slice(f"{SVC}-{name}", SVC, h.port,
+                                 [endpoint(h.host, name, **conditions)])
+
+
+@contextlib.asynccontextmanager
+async def _cluster(
+    tmp_path: Path, *, start_api: bool = True, token: str | None = None,
+    scorers: tuple[str, ...] = ("least_outstanding",), seqs: dict[str, int] | None = None,
+) -> AsyncIterator[Cluster]:
+    seqs = seqs or {}
+    pods = {
+        name: await start_engine(SimEngineConfig(model="llama", host=ip,
+                                                 max_num_seqs=seqs.get(name)))
+        for name, ip in (("llama-0", "127.0.0.2"), ("llama-1", "127.0.0.3"))
+    }
+    api = FakeApiServer()
+    if start_api:
+        await api.start()
+    config = GatewayConfig(
+        models=(ModelRoute("llama", scorers=scorers),), access_log=False,
+        expose_replica_header=True, engine_metrics_interval_s=0.05, health_interval_s=0.2,
+    )
+    app = build_app(config)
+    discovery = KubernetesDiscovery(
+        {SVC: "llama"}, None, kubeconfig=str(api.kubeconfig(tmp_path, token)),
+        backoff_s=0.05, max_backoff_s=0.2,
+    )
+    app.discovery = discovery
+    await app.startup()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    try:
+        yield Cluster(api, app, client, pods, discovery)
+    finally:
+        await client.aclose()
+        await app.shutdown()
+        await api.stop()
+        for h in pods.values():
+            await h.stop()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with _cluster(tmp_path) as c:
+        yield c
+
+
+async def test_traffic_follows_pods_added_unready_terminating_deleted(cluster: Cluster) -> None:
+    c = cluster
+    assert c.discovery.namespace == "ns"  # from the kubeconfig's context
+    await c.pod("llama-0")
+    await until(lambda: c.backends() == {"llama-0": True})
+    assert await c.replicas_answering() == {"llama-0"}
+
+    await c.pod("llama-1")  # a pod added
+    await until(lambda: c.backends() == {"llama-0": True, "llama-1": True})
+    assert await c.replicas_answering() == {"llama-0", "llama-1"}
+
+    await c.pod("llama-1", ready=False)  # made not ready: kept, but no traffic
+    await until(lambda: c.backends() == {"llama-0": True, "llama-1": False})
+    assert await c.replicas_answering() == {"llama-0"}
+
+    await c.pod("llama-1")
+    await until(lambda: c.backends()["llama-1"])
+    # Terminating with a request in flight: no new requests, the one in flight finishes.
+    pool = c.app.state.pools["llama"]
+    long = asyncio.create_task(c.ask(max_tokens=400))
+    await until(lambda: sum(b.outstanding for b in pool.backends) == 1)
+    busy = next(b for b in pool.backends if b.outstanding == 1)
+    other = next(b for b in pool.backends if b is not busy)
+    await c.pod(busy.label, ready=False, serving=True, terminating=True)
+    await until(lambda: not busy.ready)
+    assert busy.outstanding == 1, "the long request ended before the drain was tested"
+    assert await c.replicas_answering(4) == {other.label}
+    finished = await long
+    assert finished.status_code == 200
+    assert finished.headers["x-inferplane-replica"] == busy.label
+    assert finished.json()["usage"]["completion_tokens"] > 0
+
+    await c.api.delete_slice(f"{SVC}-{busy.label}")  # the pod is gone
+    await until(lambda: c.backends() == {other.label: True})
+    assert busy.outstanding == 0
+
+
+async def test_watch_dropped_and_410_gone_resync_without_loss_or_duplicates(
+    cluster: Cluster,
+) -> None:
+    c = cluster
+    await c.pod("llama-0")
+    await until(lambda: "llama-0" in c.backends())
+    lists = c.api.requests.count("list")
+
+    await c.api.drop_watches()  # mid-stream: the client resumes from its last version
+    await c.pod("llama-1")
+    await until(lambda: c.backends() == {"llama-0": True, "llama-1": True})
+    assert c.api.requests.count("list") == lists  # resumed, not relisted
+
+    # History compacted while the watch was away: the resume gets 410 Gone -> relist.
+    c.api.expire()
+    await c.api.drop_watches()
+    await c.pod("llama-1", ready=False)
+    await until(lambda: c.api.requests.count("list") > lists)
+    await until(lambda: c.backends() == {"llama-0": True, "llama-1": False})
+    urls = [b.url for b in c.app.state.backends("llama")]
+    assert len(urls) == len(set(urls)) == 2
+    # A change made after the relist still arrives (the new watch starts at the list).
+    await c.api.delete_slice(f"{SVC}-llama-1")
+    await until(lambda: c.backends() == {"llama-0": True})
+    assert await c.replicas_answering(4) == {"llama-0"}
+
+
+async def test_api_server_down_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="inferplane.gateway.discovery")
+    async with _cluster(tmp_path, start_api=False) as c:
+        r = await c.client.get("/ready")
+        await until(lambda: c.discovery.status().error != "not listed yet")
+        r = await c.client.get("/ready")
+        assert r.status_code == 503
+        body = r.json()
+        assert body["discovery"]["synced"] is False
+        assert "cannot reach the API server" in body["discovery"]["error"]
+        assert "cannot reach the API server" in caplog.text
+        assert (await c.ask()).status_code == 503
+
+        await c.api.put_slice(f"{SVC}-llama-0", SVC, c.pods["llama-0"].port,
+                              [endpoint("127.0.0.2", "llama-0")])
+        await c.api.start()
+        await until(lambda: c.discovery.status().synced)
+        r = await c.client.get("/ready")
+        assert r.status_code == 200, r.text
+        assert r.json()["discovery"] == {"source": "kubernetes", "synced": True, "error": None}
+        assert await c.replicas_answering(2) == {"llama-0"}
+        assert "listed 1 endpointslices" in caplog.text
+
+
+async def test_not_ready_before_the_first_list_even_when_models_wake_on_request(
+    tmp_path: Path,
+) -> None:
+    async with _cluster(tmp_path, start_api=False) as c:
+        c.app.state.pools["llama"].activator = lambda: True  # min_replicas: 0
+        r = await c.client.get("/ready")
+        assert r.status_code == 503
+        assert r.json()["models_waking_on_request"] == ["llama"]
+        assert r.json()["discovery"]["synced"] is False
+        await c.api.start()
+        await until(lambda: c.discovery.status().synced)
+        assert (await c.client.get("/ready")).status_code == 200  # held from here on
+        await c.api.stop()  # the API server goes away after a good list
+        await until(lambda: c.discovery.status().error is not None)
+        r = await c.client.get("/ready")
+        assert r.status_code == 200, r.text  # the last list stays in force
+        assert "cannot reach the API server" in r.json()["discovery"]["error"]
+
+
+async def test_wrong_token_is_named_on_ready(tmp_path: Path) -> None:
+    async with _cluster(tmp_path, token="stale-token") as c:
+        await until(lambda: "401" in c.api.requests)
+        await until(lambda: c.discovery.status().error != "not listed yet")
+        r = await c.client.get("/ready")
+        assert r.status_code == 503
+        assert "HTTP 401" in r.json()["discovery"]["error"]
+        assert "token" in r.json()["discovery"]["error"]
+
+
+async def test_balances_by_each_pods_own_metrics(tmp_path: Path) -> None:
+    # llama-0 runs one sequence at a time and has a queue; llama-1 is idle. Only the
+    # engine-metrics scorer decides, from each pod's own /metrics.
+    async with _cluster(tmp_path, scorers=("engine_metrics",), seqs={"llama-0": 1}) as c:
+        await c.pod("llama-0")
+        await c.pod("llama-1")
+        await until(lambda: c.backends() == {"llama-0": True, "llama-1": True})
+        busy = c.pods["llama-0"]
+        async with httpx.AsyncClient(base_url=busy.url, timeout=60) as direct:
+            load = [asyncio.create_task(direct.post("/v1/completions", json={
+                "model": "llama", "prompt": "x", "max_tokens": 2000, "ignore_eos": True}))
+                for _ in range(3)]
+            pool = c.app.state.pools["llama"]
+            by_name = {b.label: b for b in pool.backends}
+            await until(lambda: (e := by_name["llama-0"].engine) is not None and e.waiting >= 1)
+            await until(lambda: by_name["llama-1"].engine is not None)
+            answered = [await c.ask() for _ in range(8)]
+            assert {r.headers["x-inferplane-replica"] for r in answered} == {"llama-1"}
+            for t in load:
+                t.cancel()
+            await asyncio.gather(*load, return_exceptions=True)
+
+
+def test_registry_and_errors(tmp_path: Path) -> None:
+    from inferplane.errors import InferplaneError
+
+    with pytest.raises(InferplaneError, match="unknown discovery source"):
+        make_source("consul", GatewayConfig(models=(ModelRoute("m"),)))
+    with pytest.raises(InferplaneError, match="needs the models"):
+        make_source("kubernetes", GatewayConfig())
+    api = FakeApiServer()
+    source = make_source("kubernetes", GatewayConfig(models=(ModelRoute("Llama.3-8B"),)),
+                         DiscoveryOptions(namespace="prod",
+                                          kubeconfig=str(api.kubeconfig(tmp_path))))
+    assert isinstance(source, KubernetesDiscovery)
+    assert source.namespace == "prod"
+    assert source.services == {"llama-3-8b": "Llama.3-8B"}  # the renderer's Service name
+    api.sock.close()
+
+
+def test_without_the_client_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferplane.errors import InferplaneError
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # import kubernetes -> ImportError
+    with pytest.raises(InferplaneError, match=r"inferplane\[k8s\]"):
+        KubernetesDiscovery({SVC: "llama"})
+
+
+def test_in_a_pod_without_a_token_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferplane.errors import InferplaneError
+
+    if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
+        pytest.skip("this machine is a pod with a ServiceAccount token")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    with pytest.raises(InferplaneError, match="no in-cluster Kubernetes configuration"):
+        KubernetesDiscovery({SVC: "llama"})
+
+
+# ---- the slice -> replica rules, against an obviously correct oracle -------------------
+
+_ep = st.fixed_dictionaries({
+    "ip": st.sampled_from(["10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::7"]),
+    "ready": st.none() | st.booleans(),
+    "serving": st.none() | st.booleans(),
+    "terminating": st.none() | st.booleans(),
+})
+
+
+def _slice(name: str, eps: list[dict[str, Any]]) -> Any:
+    raw = {"metadata": {"name": name, "labels": {"kubernetes.io/service-name": SVC}},
+           "addressType": "IPv4",
+           "ports": [{"name": "http", "port": 8000}],
+           "endpoints": [{"addresses": [e["ip"]], "targetRef": {"kind": "Pod",
+                          "name": "pod-" + e["ip"]},
+                          "conditions": {k: e[k] for k in ("ready", "serving", "terminating")
+                                         if e[k] is not None}} for e in eps]}
+    return ApiClient().deserialize(orjson.dumps(raw).decode(), "V1EndpointSlice",
+                                   "application/json")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_ep, max_size=4), max_size=3))
+def test_replicas_of_matches_oracle(slices: list[list[dict[str, Any]]]) -> None:
+    got = replicas_of([_slice(f"s{i}", eps) for i, eps in enumerate(slices)])
+    expected: dict[str, bool] = {}
+    for eps in slices:
+        for e in eps:
+            ok = e["ready"] is not False and e["serving"] is not False and not e["terminating"]
+            host = f"[{e['ip']}]" if ":" in e["ip"] else e["ip"]
+            url = f"http://{host}:8000"
+            expected[url] = expected.get(url, False) or ok
+    assert {r.url: r.routable for r in got} == expected
+    assert len(got) == len({r.url for r in got})  # each endpoint once, however many slices
+    assert all(r.name.startswith("pod-") for r in got)
+
+
+async def test_each_pod_is_capped_by_its_own_max_num_seqs(cluster: Cluster) -> None:
+    c = cluster
+    await c.pod("llama-0", cap=1)
+    await c.pod("llama-1", cap=2)
+    await until(lambda: len(c.backends()) == 2)
+    caps = {b.label: b.max_concurrency for b in c.app.state.backends("llama")}
+    assert caps == {"llama-0": 1, "llama-1": 2}  # the engine container's, not the sidecar's
+    pool = c.app.state.pools["llama"]
+    asks = [asyncio.create_task(c.ask(max_tokens=300)) for _ in range(4)]
+    await until(lambda: len(pool.queue) == 1)  # 1 + 2 in flight, the fourth waits
+    assert {b.label: b.outstanding for b in pool.backends} == {"llama-0": 1, "llama-1": 2}
+    assert all(r.status_code == 200 for r in await asyncio.gather(*asks))
+
+    # A pod that cannot be read (here: not found) keeps the model's default cap.
+    await c.api.put_slice("llama-extra", SVC, 9, [endpoint("127.0.0.9", "gone-pod")])
+    await until(lambda: "gone-pod" in c.backends())
+    gone = next(b for b in c.app.state.backends("llama") if b.label == "gone-pod")
+    assert gone.max_concurrency is None
+    assert c.api.requests.count("pod") == 3  # each pod read once
+
+
+def _pod(containers: list[dict[str, Any]]) -> Any:
+    raw = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": f"c{i}", **c} for i, c in enumerate(containers)]}}
+    return ApiClient().deserialize(orjson.dumps(raw).decode(), "V1Pod", "application/json")
+
+
+@pytest.mark.parametrize(
+    ("containers", "expected"),
+    [
+        ([{"args": ["--max-num-seqs", "64"], "ports": [{"containerPort": 8000}]}], 64),
+        ([{"command": ["vllm", "serve", "--max-num-seqs=32"]}], 32),  # the only container
+        ([{"args": ["--max-num-seqs", "9"]},  # a sidecar, not on the endpoint's port
+          {"args": ["--max-model-len", "4096"], "ports": [{"containerPort": 8000}]}], None),
+        ([{"args": ["--max-num-seqs", "lots"], "ports": [{"containerPort": 8000}]}], None),
+        ([{"args": ["--max-num-seqs", "0"], "ports": [{"containerPort": 8000}]}], None),
+        ([{"args": ["--max-num-seqs", "8"], "ports": [{"containerPort": 8001}]},
+          {"args": ["--max-num-seqs", "16"], "ports": [{"containerPort": 8000}]}], 16),
+    ],
+)
+def test_max_num_seqs_of_the_container_on_the_port(
+    containers: list[dict[str, Any]], expected: int | None
+) -> None:
+    for c in containers:
+        c.setdefault("image", "vllm/vllm-openai")
+    assert max_num_seqs(_pod(containers), 8000) == expected
+
+
+async def test_two_gateways_hold_from_zero_and_both_answer_when_a_pod_is_ready(
+    tmp_path: Path,
+) -> None:
+    # Issue 24.3: with the render's two gateways, a request held on either one is answered
+    # when the pod (woken by KEDA on the sum of both gateways' queue depths) turns ready:
+    # both watch the same EndpointSlices, so neither needs to have done the waking.
+    engine = await start_engine(SimEngineConfig(model="llama", host="127.0.0.2"))
+    api = FakeApiServer()
+    await api.start()
+    apps, clients = [], []
+    for _ in range(2):
+        app = build_app(GatewayConfig(models=(ModelRoute("llama"),), access_log=False,
+                                      expose_replica_header=True))
+        app.discovery = KubernetesDiscovery(
+            {SVC: "llama"}, None, kubeconfig=str(api.kubeconfig(tmp_path)),
+            backoff_s=0.05, max_backoff_s=0.2)
+        app.state.pools["llama"].activator = lambda: True  # min_replicas: 0 (the CLI's wrap)
+        await app.startup()
+        apps.append(app)
+        clients.append(httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://gw", timeout=30))
+    try:
+        await until(lambda: all(a.discovery is not None and a.discovery.status().synced
+                                for a in apps))
+        for c in clients:
+            ready = (await c.get("/ready")).json()
+            assert ready["models_waking_on_request"] == ["llama"]
+        held = [asyncio.create_task(c.post("/v1/completions", json={
+            "model": "llama", "prompt": "hi", "max_tokens": 2})) for c in clients]
+        await until(lambda: all(len(a.state.pools["llama"].queue) == 1 for a in apps))
+        for c in clients:  # what the ScaledObject sums over the gateway pods
+            text = (await c.get("/metrics")).text
+            assert 'inferplane_queue_depth{model="llama"} 1.0' in text
+        await api.put_slice(f"{SVC}-x", SVC, engine.port, [endpoint("127.0.0.2", "llama-0")])
+        answers = await asyncio.gather(*held)
+        assert [r.status_code for r in answers] == [200, 200]
+        assert {r.headers["x-inferplane-replica"] for r in answers} == {"llama-0"}
+    finally:
+        for c in clients:
+            await c.aclose()
+        for a in apps:
+            await a.shutdown()
+        await api.stop()
+        await engine.stop()
+
+
+async def test_two_gateways_share_one_keys_limit_through_redis(tmp_path: Path) -> None:
+    # Issue 24.3: limits stay shared across the render's gateway replicas (Redis).
+    from tenancy_fixtures import NO_REDIS, REDIS_URL
+
+    from inferplane.store import Store
+    from inferplane.tenancy.keys import create_key
+    from inferplane.tenancy.limits import RedisLimiter
+    from inferplane.tenancy.service import Tenancy
+
+    if not REDIS_URL:
+        pytest.skip(NO_REDIS)
+    engine = await start_engine(SimEngineConfig(model="llama", host="127.0.0.2"))
+    api = FakeApiServer()
+    await api.start()
+    await api.put_slice(f"{SVC}-x", SVC, engine.port, [endpoint("127.0.0.2", "llama-0")])
+    db = f"sqlite:///{tmp_path / 'keys.db'}"
+    prefix = f"iptest:{os.urandom(4).hex()}:"
+    stores = [await Store.open(db) for _ in range(2)]
+    _, secret = await create_key(stores[0], "shared", rpm=2)
+    apps, clients, limiters = [], [], []
+    for store in stores:
+        limiter = RedisLimiter(REDIS_URL, prefix=prefix)
+        tenancy = Tenancy(store, limiter, refresh_s=0.05, ledger_flush_s=0.05)
+        app = build_app(GatewayConfig(models=(ModelRoute("llama"),), access_log=False),
+                        tenancy)
+        app.discovery = KubernetesDiscovery({SVC: "llama"}, None,
+                                            kubeconfig=str(api.kubeconfig(tmp_path)))
+        await app.startup()
+        apps.append(app)
+        limiters.append(limiter)
+        clients.append(httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://gw", timeout=30))
+    try:
+        await until(lambda: all(len(a.state.backends("llama")) == 1 for a in apps))
+        auth = {"Authorization": f"Bearer {secret}"}
+        body = {"model": "llama", "prompt": "hi", "max_tokens": 2}
+        codes = [(await clients[i].post("/v1/completions", json=body, headers=auth)).status_code
+                 for i in (0, 1, 0, 1)]
+        assert codes == [200, 200, 429, 429]  # 2 per minute for the key, not per gateway
+    finally:
+        await limiters[0].clear()
+        for c in clients:
+            await c.aclose()
+        for a in apps:
+            await a.shutdown()  # closes its limiter
+        for store in stores:
+            await store.close()
+        await api.stop()
+        await engine.stop()
+
+
+# ---- the command itself ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_cli_gateway_discovers_pods_from_kubeconfig(tmp_path: Path) -> None:
+    engine = await start_engine(SimEngineConfig(model="llama", host="127.0.0.2"))
+    api = FakeApiServer()
+    await api.start()
+    await api.put_slice(f"{SVC}-abc12", SVC, engine.port, [endpoint("127.0.0.2", "llama-0")])
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("models:\n  - name: llama\n    source: Qwen/Qwen3-0.6B\n"
+                     "gateway:\n  expose_replica_header: true\n")
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env.update(KUBECONFIG=str(api.kubeconfig(tmp_path)), NO_COLOR="1",
+               INFERPLANE_STATE_DIR=str(tmp_path / "state"))
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "inferplane", "gateway", "--fleet", str(fleet),
+        "--discover", "kubernetes", "--namespace", "ns", "--no-tenancy",
+        "--host", "127.0.0.1", "--port", str(port),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while True:
+                assert proc.returncode is None and loop.time() < deadline
+                try:
+                    if (await http.get("/ready")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+            r = await http.post("/v1/completions", json={"model": "llama", "prompt": "hi",
+                                                         "max_tokens": 2})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-inferplane-replica"] == "llama-0"
+            assert (await http.get("/ready")).json()["discovery"]["synced"] is True
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+        await api.stop()
+        await engine.stop()
+    assert b"kubernetes discovery: listed 1 endpointslices in namespace ns" in stderr
+    logged = [orjson.loads(line) for line in stderr.splitlines() if line.startswith(b"{")]
+    assert [line["replica"] for line in logged if line.get("model") == "llama"] == ["llama-0"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--discover", "kubernetes"], "--fleet FLEET.yaml too"),
+        (["--backend", "m=http://127.0.0.1:9", "--namespace", "ns"], "--discover kubernetes"),
+        (["--fleet", "FLEET", "--discover", "consul"], "use one of: kubernetes"),
+    ],
+)
+def test_cli_discovery_errors_name_the_fix(args: list[str], needle: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from inferplane.cli.main import _register_commands, app
+    from inferplane.errors import InferplaneError
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("models:\n  - name: llama\n    source: Qwen/Qwen3-0.6B\n")
+    _register_commands()
+    argv = [str(fleet) if a == "FLEET" else a for a in args]
+    r = CliRunner().invoke(app, ["gateway", "--no-tenancy", *argv])
+    assert isinstance(r.exception, InferplaneError)
+    assert needle in str(r.exception)
+
+
+def test_cli_discovery_error_exits_2() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "inferplane", "gateway", "--no-tenancy", "--discover", "kubernetes"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--fleet FLEET.yaml too" in proc.stderr
