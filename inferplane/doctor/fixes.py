@@ -266,7 +266,10 @@ def removed_flags(ctx: FixContext, got: Values) -> Values:
 
 
 def uuid_index(ctx: FixContext, got: Values) -> Values:
-    return {"uuid_short": got.get("uuid", "GPU-")[:12]}
+    uuid = got.get("uuid")
+    # a report in words names no UUID: say so instead of leaving a hole
+    text = f"{uuid} is a UUID" if uuid else "an entry there is a UUID (the log does not show it)"
+    return {"uuid_short": (uuid or "GPU-")[:12], "uuid_text": text}
 
 
 def driver_found(ctx: FixContext, got: Values) -> Values:
@@ -441,7 +444,19 @@ def derived_len(ctx: FixContext, got: Values) -> Values:
     return {"derived_len": "the length config.json gives (max_position_embeddings)"}
 
 
+def arch_text(ctx: FixContext, got: Values) -> Values:
+    archs = got.get("archs")
+    if archs:
+        return {"archs_text": f"The architecture {archs} from config.json",
+                "archs_name": archs, "import_text": ""}
+    err = got.get("import_error")
+    return {"archs_text": "The architecture in config.json",
+            "archs_name": "the model's architecture",
+            "import_text": f" (here: {err})" if err else ""}
+
+
 COMPUTE.update({
+    "arch_text": arch_text,
     "oom_startup": oom_startup, "sampler_seqs": sampler_seqs, "fp8_caps": fp8_caps,
     "ray_node": ray_node, "disk_path": disk_path, "library_text": library_text,
     "derived_len": derived_len,
