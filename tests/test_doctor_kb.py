@@ -41,10 +41,10 @@ def test_every_fixture_records_its_source() -> None:
     for fixture in FIXTURES:
         assert fixture["source"], fixture["file"]
         assert fixture["kind"] == ("real" if fixture["signature"] else "near-miss"), fixture
-        assert fixture.get("split", "train") in ("train", "heldout-3"), fixture
+        assert fixture.get("split", "train") in ("train", "heldout-4"), fixture
         # a log studied after it was measured moved to train; where it was held out is kept
-        assert fixture.get("held_out_in") in (None, "heldout", "heldout-2"), fixture
-        assert not (fixture.get("held_out_in") and fixture.get("split") == "heldout-3"), fixture
+        assert fixture.get("held_out_in") in (None, "heldout", "heldout-2", "heldout-3"), fixture
+        assert not (fixture.get("held_out_in") and fixture.get("split") == "heldout-4"), fixture
 
 
 def test_every_signature_has_a_source_and_a_near_miss() -> None:
@@ -97,6 +97,11 @@ def test_fixture_matches_its_signature(fixture: dict[str, Any]) -> None:
         # signatures on them. What is required: whatever it says is well formed.
         for finding in result.findings:
             assert finding.evidence and all(e.number >= 1 for e in finding.evidence)
+        return
+    if fixture.get("known_miss"):
+        # a measured miss kept in train with its reason (benchmarks count it); the marker
+        # must go once a change explains the log
+        assert fixture["signature"] not in by_id, (fixture["file"], "remove known_miss")
         return
     assert fixture["signature"] in by_id
     finding = by_id[fixture["signature"]]

@@ -110,6 +110,16 @@ def kv_fit(ctx: FixContext, got: Values) -> Values:
     out["utilization_up"] = _fmt(min(0.95, util + 0.05))
     out["tp"] = str(ctx.tp)
     log_fit = got.get("log_max_len") or got.get("kv_tokens")
+    out["log_fit_basis"] = "what the log says fits"
+    if not log_fit and got.get("needed_gib") and got.get("available_gib") and got.get(
+            "max_model_len"):
+        # older V1 wording names both budgets but no length: the KV cache of full attention
+        # grows linearly with length, so scale (an estimate; sliding windows fit more)
+        scaled = int(got["max_model_len"]) * float(got["available_gib"]) / float(
+            got["needed_gib"])
+        if scaled >= 16:
+            log_fit = str(int(scaled) // 16 * 16)
+            out["log_fit_basis"] = "the log's KV budget scaled to length, an estimate"
     if log_fit:
         out["log_fit"] = log_fit
     auto = ctx.estimate(max_model_len=-1)
