@@ -42,12 +42,13 @@ from inferplane.doctor.logtext import read_lines
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "diagnose"
 OUTCOMES = ("fully explained", "recognized", "generic-only", "wrong", "missed")
-SPLITS = ("train", "heldout-4")
+SPLITS = ("train", "heldout-5")
 # rows of train shown on their own: where a log came from, not a separate split
 GROUPS = {
     "train: was heldout": lambda r: r["held_out_in"] == "heldout",
     "train: was heldout-2": lambda r: r["held_out_in"] == "heldout-2",
     "train: was heldout-3": lambda r: r["held_out_in"] == "heldout-3",
+    "train: was heldout-4": lambda r: r["held_out_in"] == "heldout-4",
     "train: real-vllm-*": lambda r: r["file"].startswith("real-vllm-"),
 }
 
