@@ -12,12 +12,14 @@ confirmed from its source. Per fixture the outcome is one of:
 
 "Recognized with the right class" counts the first three. `generic alone` runs the generic
 layer on every log as if no signature existed: how well an unseen wording of a known class
-would still be classified. The split is explicit in the fixtures: `split: heldout-3` marks
+would still be classified. The split is explicit in the fixtures: `split: heldout-5` marks
 the logs harvested (with their sources, and their class read from the source) after the last
-change to any signature or generic rule and before `diagnose` was first run on them; they
-were never used to write or widen a pattern. Everything else is `train`. Earlier held-out
-sets (`held_out_in: heldout` / `heldout-2`) were studied after their measurement and moved
-to train; their rows below show where they stand now, not an honest held-out figure.
+change to any signature or generic rule and recorded before `diagnose` first ran on them;
+they were never used to write or widen a pattern. Everything else is `train`. Earlier
+held-out sets (`held_out_in: heldout` .. `heldout-4`) were measured once, then studied and
+moved to train; their rows below show where they stand now, not an honest held-out figure
+(their first measurements are in docs/diagnose.md). Fixtures marked `known_miss` are
+measured misses kept in train with their reason.
 Real vLLM logs captured by the real-engine tier (`real-vllm-*.log`) are train too, with
 their own row. Run:
 
