@@ -35,13 +35,20 @@ def test_every_signature_has_a_real_fixture_and_a_near_miss() -> None:
     assert positives | near <= ids
 
 
+# held-out sets measured once and then moved to train (their first figures: docs/diagnose.md)
+EARLIER_HELD_OUT = ("heldout", "heldout-2", "heldout-3", "heldout-4", "heldout-5")
+
+
 def test_every_fixture_records_its_source() -> None:
     files = {p.name for p in DATA.glob("*.log")} - {"unknown.log"}
     assert files == {f["file"] for f in FIXTURES}
     for fixture in FIXTURES:
         assert fixture["source"], fixture["file"]
         assert fixture["kind"] == ("real" if fixture["signature"] else "near-miss"), fixture
-        assert fixture.get("split", "train") in ("train", "heldout", "heldout-2"), fixture
+        assert fixture.get("split", "train") in ("train", "heldout-6"), fixture
+        # a log studied after it was measured moved to train; where it was held out is kept
+        assert fixture.get("held_out_in") in (None, *EARLIER_HELD_OUT), fixture
+        assert not (fixture.get("held_out_in") and fixture.get("split") == "heldout-6"), fixture
 
 
 def test_every_signature_has_a_source_and_a_near_miss() -> None:
@@ -70,7 +77,8 @@ def test_issue_classes_have_three_differently_worded_real_logs(sig_id: str) -> N
     texts = {(DATA / f["file"]).read_text().strip() for f in real}
     assert len(texts) >= 3, sig_id
     assert len({f["source"].split()[0] for f in real}) >= 3, f"{sig_id}: three sources"
-    assert any(f.get("split") == "heldout" for f in real), f"{sig_id}: nothing held out"
+    assert any(f.get("split", "train") != "train" or f.get("held_out_in") for f in real), (
+        f"{sig_id}: nothing held out")
 
 
 def test_entries_are_well_formed() -> None:
@@ -87,13 +95,17 @@ def test_entries_are_well_formed() -> None:
 def test_fixture_matches_its_signature(fixture: dict[str, Any]) -> None:
     result = diagnose_text((DATA / fixture["file"]).read_text(), source=fixture["file"])
     by_id = {f.signature.id: f for f in result.findings}
-    if fixture.get("split", "train") != "train" and fixture["signature"] not in by_id:
-        # Held out from signature writing: recall on these is measured, not required
-        # (benchmarks/diagnose_recall.py; requiring it here would tune signatures on them).
-        # What is required: no other class claims the log.
-        assert not result.findings, (fixture["file"], list(by_id))
-        assert result.generic is None or result.generic.rule.class_of in (
-            None, fixture["signature"]), (fixture["file"], result.generic.id)
+    if fixture.get("split", "train") != "train":
+        # Held out from signature writing: recall on these, and a wrong class, are measured
+        # (benchmarks/diagnose_recall.py), not required; requiring either here would tune
+        # signatures on them. What is required: whatever it says is well formed.
+        for finding in result.findings:
+            assert finding.evidence and all(e.number >= 1 for e in finding.evidence)
+        return
+    if fixture.get("known_miss"):
+        # a measured miss kept in train with its reason (benchmarks count it); the marker
+        # must go once a change explains the log
+        assert fixture["signature"] not in by_id, (fixture["file"], "remove known_miss")
         return
     assert fixture["signature"] in by_id
     finding = by_id[fixture["signature"]]

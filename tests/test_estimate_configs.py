@@ -30,6 +30,7 @@ KV_BYTES_PER_TOKEN = {
     "nvidia--Llama-3.1-70B-Instruct-FP8": 80 * 2 * 8 * 128 * 2,
     "Qwen--Qwen2.5-7B-Instruct": 28 * 2 * 4 * 128 * 2,
     "Qwen--Qwen3-8B": 36 * 2 * 8 * 128 * 2,
+    "Qwen--Qwen3-14B": 40 * 2 * 8 * 128 * 2,
     "Qwen--Qwen3-32B": 64 * 2 * 8 * 128 * 2,
     "Qwen--Qwen3-32B-FP8": 64 * 2 * 8 * 128 * 2,
     "Qwen--Qwen3-30B-A3B": 48 * 2 * 4 * 128 * 2,

@@ -110,6 +110,16 @@ def kv_fit(ctx: FixContext, got: Values) -> Values:
     out["utilization_up"] = _fmt(min(0.95, util + 0.05))
     out["tp"] = str(ctx.tp)
     log_fit = got.get("log_max_len") or got.get("kv_tokens")
+    out["log_fit_basis"] = "what the log says fits"
+    if not log_fit and got.get("needed_gib") and got.get("available_gib") and got.get(
+            "max_model_len"):
+        # older V1 wording names both budgets but no length: the KV cache of full attention
+        # grows linearly with length, so scale (an estimate; sliding windows fit more)
+        scaled = int(got["max_model_len"]) * float(got["available_gib"]) / float(
+            got["needed_gib"])
+        if scaled >= 16:
+            log_fit = str(int(scaled) // 16 * 16)
+            out["log_fit_basis"] = "the log's KV budget scaled to length, an estimate"
     if log_fit:
         out["log_fit"] = log_fit
     auto = ctx.estimate(max_model_len=-1)
@@ -266,7 +276,10 @@ def removed_flags(ctx: FixContext, got: Values) -> Values:
 
 
 def uuid_index(ctx: FixContext, got: Values) -> Values:
-    return {"uuid_short": got.get("uuid", "GPU-")[:12]}
+    uuid = got.get("uuid")
+    # a report in words names no UUID: say so instead of leaving a hole
+    text = f"{uuid} is a UUID" if uuid else "an entry there is a UUID (the log does not show it)"
+    return {"uuid_short": (uuid or "GPU-")[:12], "uuid_text": text}
 
 
 def driver_found(ctx: FixContext, got: Values) -> Values:
@@ -441,7 +454,19 @@ def derived_len(ctx: FixContext, got: Values) -> Values:
     return {"derived_len": "the length config.json gives (max_position_embeddings)"}
 
 
+def arch_text(ctx: FixContext, got: Values) -> Values:
+    archs = got.get("archs")
+    if archs:
+        return {"archs_text": f"The architecture {archs} from config.json",
+                "archs_name": archs, "import_text": ""}
+    err = got.get("import_error")
+    return {"archs_text": "The architecture in config.json",
+            "archs_name": "the model's architecture",
+            "import_text": f" (here: {err})" if err else ""}
+
+
 COMPUTE.update({
+    "arch_text": arch_text,
     "oom_startup": oom_startup, "sampler_seqs": sampler_seqs, "fp8_caps": fp8_caps,
     "ray_node": ray_node, "disk_path": disk_path, "library_text": library_text,
     "derived_len": derived_len,
