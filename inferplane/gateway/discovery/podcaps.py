@@ -9,23 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-FLAG = "--max-num-seqs"
+from inferplane.engines import engine_for
 
 
 def _flag_value(argv: list[str]) -> int | None:
-    for i, arg in enumerate(argv):
-        text: str | None = None
-        if arg == FLAG and i + 1 < len(argv):
-            text = argv[i + 1]
-        elif arg.startswith(FLAG + "="):
-            text = arg[len(FLAG) + 1:]
-        if text is not None:
-            try:
-                value = int(text)
-            except ValueError:
-                return None
-            return value if value > 0 else None
-    return None
+    # the engine reads its own command line (both `--flag N` and `--flag=N`)
+    text = engine_for("vllm").planned(argv).flag("max-num-seqs")
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 def max_num_seqs(pod: Any, port: int) -> int | None:
