@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 from inferplane.spec.base import SpecModel
 from inferplane.spec.extra_args import ExtraArgValue, check_extra_args
 from inferplane.spec.gpu_names import canonical_gpu_type
+from inferplane.spec.lora import LoraSpec
 from inferplane.spec.problems import Issue, issues_error
 from inferplane.spec.sources import is_hf_id, resolve_source, validate_endpoint
 from inferplane.spec.types import (
@@ -160,6 +161,7 @@ ENGINE_FIELDS: tuple[str, ...] = (
     "extra_args",
     "env",
     "placement",
+    "lora",
 )
 
 
@@ -197,6 +199,7 @@ class ModelSpec(SpecModel):
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
     max_tokens_cap: MaxTokensCap | None = None
     timeouts: TimeoutsSpec | None = None
+    lora: LoraSpec | None = None  # fine-tuned adapters on this base (docs/lora.md)
 
     @field_validator("name")
     @classmethod
