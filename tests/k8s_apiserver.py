@@ -140,11 +140,13 @@ class FakeApiServer:
         }
         await self._record("MODIFIED" if name in self.slices else "ADDED", name, obj)
 
-    def put_pod(self, name: str, port: int, args: list[str]) -> None:
+    def put_pod(self, name: str, port: int, args: list[str],
+                annotations: dict[str, str] | None = None) -> None:
         """The pod behind an endpoint, with its engine container's args."""
         obj = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": self.namespace, "uid": f"uid-{name}",
-                            "resourceVersion": str(self.version)},
+                            "resourceVersion": str(self.version),
+                            "annotations": annotations or {}},
                "spec": {"containers": [
                    {"name": "sidecar", "image": "busybox", "args": ["--max-num-seqs", "7"]},
                    {"name": "engine", "image": "vllm/vllm-openai:v0.33.0", "args": args,

@@ -218,8 +218,41 @@ def test_gateway_objects_and_ingress_limits() -> None:  # P40, P41
     notes = ing["metadata"]["annotations"]
     assert notes["nginx.ingress.kubernetes.io/proxy-body-size"] == "32m"
     assert int(notes["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 600
-    (cm,) = docs["gateway/configmap.yaml"]
+    cm, _ = docs["gateway/configmap.yaml"]
     assert "qwen3-embedding-0.6b" in cm["data"]["fleet.yaml"]
+
+
+def test_the_plan_is_a_configmap_the_gateway_reads() -> None:
+    from inferplane.planner.plan import Plan
+
+    fleet, plan, text = s0()
+    docs = _docs(render_files(fleet, plan, "k8s", RenderOptions(fleet_text=text)))
+    _, plan_cm = docs["gateway/configmap.yaml"]
+    assert plan_cm["metadata"]["name"] == "inferplane-plan"
+    assert Plan.model_validate_json(plan_cm["data"]["plan.json"]) == plan  # the whole plan
+    (dep,) = docs["gateway/deployment.yaml"]
+    pod = dep["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--plan") + 1] == "/etc/inferplane/plan.json"
+    assert args[args.index("--fleet") + 1] == "/etc/inferplane/fleet.yaml"
+    (volume,) = pod["volumes"]
+    assert [s["configMap"]["name"] for s in volume["projected"]["sources"]] == [
+        "inferplane-fleet", "inferplane-plan"]
+    # A changed plan rolls the gateways (they read it at start).
+    notes = dep["spec"]["template"]["metadata"]["annotations"]
+    bigger = plan.model_copy(update={"instances": [
+        i.model_copy(update={"max_num_seqs": i.max_num_seqs + 1}) for i in plan.instances]})
+    docs2 = _docs(render_files(fleet, bigger, "k8s", RenderOptions(fleet_text=text)))
+    (dep2,) = docs2["gateway/deployment.yaml"]
+    notes2 = dep2["spec"]["template"]["metadata"]["annotations"]
+    assert notes2["inferplane.io/plan-sha256"] != notes["inferplane.io/plan-sha256"]
+    assert notes2["inferplane.io/fleet-sha256"] == notes["inferplane.io/fleet-sha256"]
+    # Each engine pod names its plan instances: what the gateway matches pods by.
+    for objs in docs.values():
+        for d in objs:
+            if d["kind"] == "Deployment" and d["metadata"]["name"] != "inferplane-gateway":
+                ids = d["spec"]["template"]["metadata"]["annotations"]["inferplane.io/instances"]
+                assert all(plan.instance(i) for i in ids.split(","))
 
 
 def test_one_pdb_per_pod_and_services_by_model() -> None:

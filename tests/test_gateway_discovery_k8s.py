@@ -32,6 +32,7 @@ from kubernetes.client import ApiClient
 from inferplane.gateway import GatewayConfig, ModelRoute
 from inferplane.gateway.app import GatewayApp, build_app
 from inferplane.gateway.discovery.kubernetes import KubernetesDiscovery
+from inferplane.gateway.discovery.plancaps import PlannedCaps, combined
 from inferplane.gateway.discovery.podcaps import max_num_seqs
 from inferplane.gateway.discovery.registry import DiscoveryOptions, make_source
 from inferplane.gateway.discovery.slices import replicas_of
@@ -86,6 +87,7 @@ class Cluster:
 async def _cluster(
     tmp_path: Path, *, start_api: bool = True, token: str | None = None,
     scorers: tuple[str, ...] = ("least_outstanding",), seqs: dict[str, int] | None = None,
+    planned: PlannedCaps | None = None,
 ) -> AsyncIterator[Cluster]:
     seqs = seqs or {}
     pods = {
@@ -103,7 +105,7 @@ async def _cluster(
     app = build_app(config)
     discovery = KubernetesDiscovery(
         {SVC: "llama"}, None, kubeconfig=str(api.kubeconfig(tmp_path, token)),
-        backoff_s=0.05, max_backoff_s=0.2,
+        backoff_s=0.05, max_backoff_s=0.2, planned=planned,
     )
     app.discovery = discovery
     await app.startup()
@@ -361,8 +363,54 @@ async def test_each_pod_is_capped_by_its_own_max_num_seqs(cluster: Cluster) -> N
     assert c.api.requests.count("pod") == 3  # each pod read once
 
 
-def _pod(containers: list[dict[str, Any]]) -> Any:
-    raw = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+async def test_the_plan_caps_each_pod_it_names_bounded_by_the_pods_own_flag(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="inferplane.gateway.discovery")
+    planned = PlannedCaps({"llama-0": ("llama", 2), "llama-1": ("llama", 3),
+                           "embed-0": ("embed", 50)})
+    async with _cluster(tmp_path, planned=planned) as c:
+        api = c.api
+        # llama-0: planned 2, but its engine runs 4 (a hand edit): the smaller, logged.
+        api.put_pod("llama-0", c.pods["llama-0"].port, ["--max-num-seqs", "4"],
+                    {"inferplane.io/instances": "llama-0"})
+        # llama-1: co-located with embed-0, no flag of its own: the plan's, for llama's id.
+        api.put_pod("llama-1", c.pods["llama-1"].port, ["--model", "/w"],
+                    {"inferplane.io/instances": "embed-0,llama-1"})
+        # A pod the plan lacks (hand-written, another plan): its own flag, as without a plan.
+        api.put_pod("extra", 9, ["--max-num-seqs", "5"], {"inferplane.io/instances": "x-0"})
+        for name in ("llama-0", "llama-1"):
+            await c.pod(name)
+        await api.put_slice("llama-extra", SVC, 9, [endpoint("127.0.0.9", "extra")])
+        await until(lambda: len(c.backends()) == 3)
+        caps = {b.label: b.max_concurrency for b in c.app.state.backends("llama")}
+        assert caps == {"llama-0": 2, "llama-1": 3, "extra": 5}
+        assert "pod llama-0 runs --max-num-seqs 4, its plan instance 2" in caplog.text
+
+
+@given(st.none() | st.integers(1, 2048), st.none() | st.integers(1, 2048))
+def test_combined_cap_never_exceeds_either_number(planned: int | None, own: int | None) -> None:
+    cap = combined(planned, own)
+    given_caps = [v for v in (planned, own) if v is not None]
+    assert cap == (min(given_caps) if given_caps else None)
+
+
+def test_planned_caps_from_a_rendered_plan() -> None:
+    from deploy_plans import s0
+
+    _, plan, _ = s0()
+    caps = PlannedCaps.from_plan(plan)
+    inst = plan.instances[-1]
+    pod = _pod([{"args": ["--max-num-seqs", "1"]}], {"inferplane.io/instances":
+                                                      f"nope-0,{inst.id}"})
+    assert caps.cap(pod, inst.model) == inst.max_num_seqs
+    assert caps.cap(pod, "another-model") is None
+    assert caps.cap(_pod([{"args": []}]), inst.model) is None  # no annotation
+
+
+def _pod(containers: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> Any:
+    raw = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "annotations": annotations or {}},
            "spec": {"containers": [{"name": f"c{i}", **c} for i, c in enumerate(containers)]}}
     return ApiClient().deserialize(orjson.dumps(raw).decode(), "V1Pod", "application/json")
 
@@ -545,9 +593,13 @@ async def test_cli_gateway_discovers_pods_from_kubeconfig(tmp_path: Path) -> Non
         (["--discover", "kubernetes"], "--fleet FLEET.yaml too"),
         (["--backend", "m=http://127.0.0.1:9", "--namespace", "ns"], "--discover kubernetes"),
         (["--fleet", "FLEET", "--discover", "consul"], "use one of: kubernetes"),
+        (["--plan", "PLAN", "--backend", "m=http://127.0.0.1:9"], "--fleet FLEET.yaml too"),
+        (["--fleet", "FLEET", "--plan", "PLAN"], "re-create the plan from this fleet file"),
+        (["--fleet", "FLEET", "--plan", "FLEET"], "not a valid plan"),
     ],
 )
 def test_cli_discovery_errors_name_the_fix(args: list[str], needle: str, tmp_path: Path) -> None:
+    from deploy_plans import s0
     from typer.testing import CliRunner
 
     from inferplane.cli.main import _register_commands, app
@@ -555,8 +607,10 @@ def test_cli_discovery_errors_name_the_fix(args: list[str], needle: str, tmp_pat
 
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("models:\n  - name: llama\n    source: Qwen/Qwen3-0.6B\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(s0()[1].model_dump_json())  # another fleet's plan
     _register_commands()
-    argv = [str(fleet) if a == "FLEET" else a for a in args]
+    argv = [{"FLEET": str(fleet), "PLAN": str(plan)}.get(a, a) for a in args]
     r = CliRunner().invoke(app, ["gateway", "--no-tenancy", *argv])
     assert isinstance(r.exception, InferplaneError)
     assert needle in str(r.exception)

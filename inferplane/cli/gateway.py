@@ -51,6 +51,10 @@ def gateway(
         None, "--discover", help="Find each model's replicas at run time: kubernetes "
         "(EndpointSlices of the model's Service; needs inferplane[k8s], docs/deploy.md)."
     ),
+    plan: Path | None = typer.Option(
+        None, "--plan", help="The fleet's plan (JSON): each replica's cap is the max_num_seqs "
+        "its engine was planned with (discovered pods: by their plan instance)."
+    ),
     namespace: str | None = typer.Option(
         None, "--namespace", help="Kubernetes namespace to discover in (default: the "
         "pod's own, else the kubeconfig context's, else default)."
@@ -87,6 +91,13 @@ def gateway(
             value=namespace,
             fix="add --discover kubernetes, or drop --namespace",
         )
+    if plan is not None and fleet is None:
+        raise InferplaneError(
+            "a plan goes with the fleet file it was made from",
+            field="--plan",
+            value=str(plan),
+            fix="give --fleet FLEET.yaml too",
+        )
     if fleet is None and not backend:
         raise InferplaneError(
             "nothing to route",
@@ -94,12 +105,18 @@ def gateway(
             fix="give --fleet FLEET.yaml or at least one --backend MODEL=URL",
         )
     spec = None
+    the_plan = None
     if fleet is not None:
         from inferplane.gateway.fleet import gateway_config_from_fleet
         from inferplane.spec import load_fleet
 
         spec = load_fleet(fleet)
-        config = gateway_config_from_fleet(spec)
+        if plan is not None:
+            from inferplane.cli.plan_file import check_plan_matches, load_plan
+
+            the_plan = load_plan(plan)
+            check_plan_matches(the_plan, spec, plan)
+        config = gateway_config_from_fleet(spec, the_plan)
     else:
         config = GatewayConfig()
     extra: dict[str, list[str]] = {}
@@ -118,7 +135,8 @@ def gateway(
     if discover is not None:
         from inferplane.gateway.discovery.registry import DiscoveryOptions, make_source
 
-        source = make_source(discover, config, DiscoveryOptions(namespace=namespace))
+        source = make_source(discover, config,
+                             DiscoveryOptions(namespace=namespace, plan=the_plan))
     typer.echo(
         f"inferplane gateway on http://{host or config.host}:{port or config.port} "
         f"({len(config.models)} models)",

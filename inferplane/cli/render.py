@@ -12,23 +12,6 @@ from inferplane.cli.main import app
 from inferplane.errors import USAGE_EXIT_CODE, InferplaneError
 
 
-def _load_plan(path: Path) -> object:
-    from pydantic import ValidationError
-
-    from inferplane.planner.plan import Plan
-
-    try:
-        return Plan.model_validate_json(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InferplaneError("cannot read the plan file", field="--plan", value=str(path),
-                              fix="give a JSON plan written by `inferplane plan --json`") from exc
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InferplaneError(f"not a valid plan: {where}: {first['msg']}", field="--plan",
-                              value=str(path), fix="re-create it with `inferplane plan`") from exc
-
-
 @app.command()
 def render(
     fleet: Path | None = typer.Argument(None, help="Fleet file (omit with --check)."),
@@ -116,7 +99,9 @@ def render(
 
     spec = load_fleet(fleet)
     if plan is not None:
-        the_plan = _load_plan(plan)
+        from inferplane.cli.plan_file import load_plan
+
+        the_plan = load_plan(plan)
     else:
         try:
             from inferplane.planner.build import plan_fleet

@@ -13,6 +13,9 @@ LABEL_WORKLOAD = "inferplane.io/workload"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_NAME = "app.kubernetes.io/name"
+# On every engine pod: the plan instance ids it runs (comma-separated; a label value cannot
+# hold a list). The gateway matches discovered pods to the plan by it.
+ANNOTATION_INSTANCES = "inferplane.io/instances"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 IANA_SVC_NAME = re.compile(r"^(?=.*[a-z])[a-z0-9]([a-z0-9]|-(?=[a-z0-9]))*$")

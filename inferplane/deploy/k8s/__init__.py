@@ -5,7 +5,8 @@ Layout (one file per object kind per workload or model):
   engines/<model>-lws/leaderworkerset.yaml, pdb.yaml (replicas that span nodes)
   models/<model>/service.yaml, podmonitor.yaml, scaledobject.yaml | hpa.yaml
                 [, pvc.yaml with --weights pvc | prewarm.yaml with --weights prewarm]
-  gateway/configmap.yaml, deployment.yaml, service.yaml, pdb.yaml, podmonitor.yaml,
+  gateway/configmap.yaml (fleet file, plan), rbac.yaml, deployment.yaml, service.yaml,
+          pdb.yaml, podmonitor.yaml,
           ingress.yaml
   monitoring/prometheusrule.yaml, dashboard.yaml
   kustomization.yaml
@@ -75,7 +76,8 @@ def render_k8s(fleet: FleetSpec, plan: Plan, options: RenderOptions, fleet_text:
         if scaled and options.autoscaler == "hpa":
             files["monitoring/prometheus-adapter-rules.yaml"] = [autoscaling.adapter_rules(ctx)]
     config_hash = hashlib.sha256(fleet_text.encode()).hexdigest()[:16]
-    files["gateway/configmap.yaml"] = [gateway.config_map(ctx, fleet_text)]
+    files["gateway/configmap.yaml"] = [gateway.config_map(ctx, fleet_text),
+                                       gateway.plan_config_map(ctx)]
     files["gateway/deployment.yaml"] = [gateway.deployment(ctx, config_hash)]
     files["gateway/service.yaml"] = [gateway.service(ctx)]
     files["gateway/pdb.yaml"] = [gateway.pdb(ctx)]

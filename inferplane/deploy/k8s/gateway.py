@@ -1,19 +1,24 @@
-"""The gateway: ConfigMap (the fleet file), Deployment (>= 2 replicas), Service, PDB, an
-optional Ingress with an explicit body limit (P41) and long timeouts (P40), and the RBAC its
-pod discovery needs (it watches the EndpointSlices of every model's Service, so each pod
-is a replica of its own: docs/deploy.md)."""
+"""The gateway: ConfigMaps (the fleet file, the plan), Deployment (>= 2 replicas), Service,
+PDB, an optional Ingress with an explicit body limit (P41) and long timeouts (P40), and the
+RBAC its pod discovery needs (it watches the EndpointSlices of every model's Service, so
+each pod is a replica of its own, capped by the plan's max_num_seqs: docs/deploy.md)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
 from inferplane.deploy.k8s.context import K8sContext
 from inferplane.deploy.names import LABEL_COMPONENT, LABEL_PART_OF, PART_OF
+from inferplane.errors import InferplaneError
 
 GATEWAY_NAME = "inferplane-gateway"
 CONFIG_NAME = "inferplane-fleet"
+PLAN_CONFIG_NAME = "inferplane-plan"
 CONFIG_MOUNT = "/etc/inferplane"
+PLAN_FILE = "plan.json"
+CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's data
 
 
 def _labels(ctx: K8sContext) -> dict[str, str]:
@@ -33,10 +38,33 @@ def config_map(ctx: K8sContext, fleet_text: str) -> dict[str, Any]:
     }
 
 
+def plan_text(ctx: K8sContext) -> str:
+    return ctx.plan.model_dump_json(indent=2) + "\n"
+
+
+def plan_config_map(ctx: K8sContext) -> dict[str, Any]:
+    """The plan, for the gateway: each discovered pod's cap is its instance's max_num_seqs
+    (matched by the pod's `inferplane.io/instances` annotation, docs/deploy.md)."""
+    text = plan_text(ctx)
+    if len(text.encode()) > CONFIGMAP_MAX_BYTES:
+        raise InferplaneError(
+            "the plan is too large for a ConfigMap",
+            field="plan", value=f"{len(text.encode())} bytes",
+            fix="split the fleet into several fleets (a ConfigMap holds at most 1 MiB)",
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": ctx.metadata(PLAN_CONFIG_NAME, "gateway"),
+        "data": {PLAN_FILE: text},
+    }
+
+
 def gateway_args(ctx: K8sContext) -> list[str]:
     # No Service URLs: behind one, kube-proxy would spread requests at random and the
     # balancer would see a whole model as one replica (issue 24).
-    return ["gateway", "--fleet", f"{CONFIG_MOUNT}/fleet.yaml", "--host", "0.0.0.0",
+    return ["gateway", "--fleet", f"{CONFIG_MOUNT}/fleet.yaml",
+            "--plan", f"{CONFIG_MOUNT}/{PLAN_FILE}", "--host", "0.0.0.0",
             "--port", str(ctx.fleet.gateway.port),
             "--discover", "kubernetes", "--namespace", ctx.namespace]
 
@@ -64,6 +92,7 @@ def rbac(ctx: K8sContext) -> list[dict[str, Any]]:
 
 
 def deployment(ctx: K8sContext, config_hash: str) -> dict[str, Any]:
+    plan_hash = hashlib.sha256(plan_text(ctx).encode()).hexdigest()[:16]
     port = ctx.fleet.gateway.port
     timeouts = ctx.fleet.gateway.timeouts
     # Long streams drain before the pod goes: preStop, then the longest first byte.
@@ -95,8 +124,10 @@ def deployment(ctx: K8sContext, config_hash: str) -> dict[str, Any]:
             "strategy": {"type": "RollingUpdate",
                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
+                # Either file changed: the gateway pods roll and read it (no live reload).
                 "metadata": {"labels": _labels(ctx),
-                             "annotations": {"inferplane.io/fleet-sha256": config_hash}},
+                             "annotations": {"inferplane.io/fleet-sha256": config_hash,
+                                             "inferplane.io/plan-sha256": plan_hash}},
                 "spec": {
                     "serviceAccountName": GATEWAY_NAME,  # rbac(): watches EndpointSlices
                     "containers": [container],
@@ -108,7 +139,11 @@ def deployment(ctx: K8sContext, config_hash: str) -> dict[str, Any]:
                         "whenUnsatisfiable": "ScheduleAnyway",
                         "labelSelector": {"matchLabels": _selector()},
                     }],
-                    "volumes": [{"name": "fleet", "configMap": {"name": CONFIG_NAME}}],
+                    # One directory, two ConfigMaps: fleet.yaml and plan.json.
+                    "volumes": [{"name": "fleet", "projected": {"sources": [
+                        {"configMap": {"name": CONFIG_NAME}},
+                        {"configMap": {"name": PLAN_CONFIG_NAME}},
+                    ]}}],
                 },
             },
         },

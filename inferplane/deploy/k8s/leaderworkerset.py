@@ -28,6 +28,7 @@ from inferplane.deploy import multinode
 from inferplane.deploy.k8s import gang, workloads
 from inferplane.deploy.k8s.context import K8sContext, Workload
 from inferplane.deploy.k8s.engine import engine_argv, pod_spec
+from inferplane.deploy.names import ANNOTATION_INSTANCES
 from inferplane.errors import InferplaneError
 from inferplane.planner.plan import PlanInstance
 
@@ -79,7 +80,7 @@ def _template(ctx: K8sContext, workload: Workload, inst: PlanInstance,
         "metadata": {
             "labels": ctx.pod_labels(workload),
             "annotations": {
-                "inferplane.io/instances": inst.id,
+                ANNOTATION_INSTANCES: inst.id,
                 "kubectl.kubernetes.io/default-container": container["name"],
             },
         },

@@ -7,7 +7,7 @@ from typing import Any
 from inferplane.deploy.k8s import gang, weights
 from inferplane.deploy.k8s.context import K8sContext, Workload
 from inferplane.deploy.k8s.engine import pod_spec, startup_budget_s
-from inferplane.deploy.names import port_name
+from inferplane.deploy.names import ANNOTATION_INSTANCES, port_name
 
 
 def autoscaled(ctx: K8sContext, workload: Workload) -> bool:
@@ -37,7 +37,7 @@ def deployment(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
             "metadata": {
                 "labels": ctx.pod_labels(workload),
                 "annotations": {
-                    "inferplane.io/instances": ",".join(m.id for m in workload.members),
+                    ANNOTATION_INSTANCES: ",".join(m.id for m in workload.members),
                     "kubectl.kubernetes.io/default-container": default_container(workload),
                     **gang.pod_annotations(ctx, workload),
                 },

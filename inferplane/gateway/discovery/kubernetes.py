@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from inferplane.errors import InferplaneError
 from inferplane.gateway.discovery import DiscoveryStatus, Replica, ReplicaSink, Snapshot
+from inferplane.gateway.discovery.plancaps import PlannedCaps, combined
 from inferplane.gateway.discovery.podcaps import max_num_seqs
 from inferplane.gateway.discovery.slices import SERVICE_NAME_LABEL, snapshot_of
 
@@ -95,8 +96,10 @@ class KubernetesDiscovery:
         watch_timeout_s: int = 300,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
+        planned: PlannedCaps | None = None,
     ) -> None:
         self.services = dict(services)
+        self.planned = planned  # the plan's caps per pod (plancaps.py); None: pods' own
         cfg, implied = load_configuration(kubeconfig)
         self.namespace = namespace or implied or "default"
         k8s = _client()
@@ -104,7 +107,7 @@ class KubernetesDiscovery:
         api_client = k8s.client.ApiClient(cfg)
         self._api = k8s.client.DiscoveryV1Api(api_client)
         self._core = k8s.client.CoreV1Api(api_client)
-        # (pod name, URL) -> the pod's --max-num-seqs (None: it sets none, or unreadable).
+        # (pod name, URL) -> its cap (plan and --max-num-seqs; None: neither, or unreadable).
         self._caps: dict[tuple[str, str], int | None] = {}
         self._pods_forbidden_logged = False
         self.selector = f"{SERVICE_NAME_LABEL} in ({','.join(sorted(self.services))})"
@@ -207,14 +210,15 @@ class KubernetesDiscovery:
             self._stop.set()
 
     def _with_caps(self, snapshot: dict[str, list[Replica]]) -> Snapshot:
-        """Each replica's cap from its pod's spec (read once per pod; `podcaps.py`)."""
-        out = {model: [replace(r, max_concurrency=self._cap(r)) for r in replicas]
+        """Each replica's cap from its pod (read once per pod): its plan instance's
+        max_num_seqs and its own --max-num-seqs (`plancaps.py`, `podcaps.py`)."""
+        out = {model: [replace(r, max_concurrency=self._cap(r, model)) for r in replicas]
                for model, replicas in snapshot.items()}
         live = {(r.name, r.url) for replicas in snapshot.values() for r in replicas}
         self._caps = {k: v for k, v in self._caps.items() if k in live}
         return out
 
-    def _cap(self, r: Replica) -> int | None:
+    def _cap(self, r: Replica, model: str) -> int | None:
         key = (r.name, r.url)
         if key in self._caps:
             return self._caps[key]
@@ -234,7 +238,13 @@ class KubernetesDiscovery:
             return None
         except Exception:  # unreachable for now: asked again on the next event
             return None
-        cap = self._caps[key] = max_num_seqs(pod, port)
+        own = max_num_seqs(pod, port)
+        planned = self.planned.cap(pod, model) if self.planned is not None else None
+        if planned is not None and own is not None and planned != own:
+            log.warning("kubernetes discovery: pod %s runs --max-num-seqs %d, its plan "
+                        "instance %d (a rollout in progress, or a hand edit): capped at %d",
+                        r.name, own, planned, min(own, planned))
+        cap = self._caps[key] = combined(planned, own)
         return cap
 
 
