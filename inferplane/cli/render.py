@@ -135,8 +135,14 @@ def render(
     if image:
         options = replace(options, gateway_image=image)
     written = do_render(spec, the_plan, target, out, options=options)
+    from inferplane.deploy.render import render_warnings
+
+    lost = render_warnings(spec, the_plan, target, options)
     if as_json:
         typer.echo(json.dumps({"target": target, "out": str(out),
-                               "files": [str(p.relative_to(out)) for p in written]}))
+                               "files": [str(p.relative_to(out)) for p in written],
+                               "warnings": lost}))
     else:
+        for warning in lost:
+            typer.echo(f"warning: {warning}", err=True)
         typer.echo(f"wrote {len(written)} files to {out} (target {target})")

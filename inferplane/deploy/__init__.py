@@ -6,7 +6,7 @@
 
 from inferplane.deploy.checks import CheckProblem, check_dir
 from inferplane.deploy.options import RenderOptions
-from inferplane.deploy.render import TARGETS, Target, render, render_files
+from inferplane.deploy.render import TARGETS, Target, render, render_files, render_warnings
 
 __all__ = [
     "TARGETS",
@@ -16,4 +16,5 @@ __all__ = [
     "check_dir",
     "render",
     "render_files",
+    "render_warnings",
 ]

@@ -57,6 +57,19 @@ def render_files(
     )
 
 
+def render_warnings(
+    fleet: FleetSpec, plan: Plan, target: str, options: RenderOptions
+) -> list[str]:
+    """What the `target` cannot express of the fleet file (Kubernetes: every field the
+    render does not carry, `k8s/coverage.py`); `render` writes the files regardless."""
+    if target != "k8s":
+        return []
+    from inferplane.deploy.k8s import coverage
+    from inferplane.deploy.k8s.context import K8sContext
+
+    return coverage.warnings(K8sContext(fleet, plan, options))
+
+
 def render(
     fleet: FleetSpec,
     plan: Plan,
