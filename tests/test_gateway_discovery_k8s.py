@@ -436,103 +436,6 @@ def test_max_num_seqs_of_the_container_on_the_port(
     assert max_num_seqs(_pod(containers), 8000) == expected
 
 
-async def test_two_gateways_hold_from_zero_and_both_answer_when_a_pod_is_ready(
-    tmp_path: Path,
-) -> None:
-    # Issue 24.3: with the render's two gateways, a request held on either one is answered
-    # when the pod (woken by KEDA on the sum of both gateways' queue depths) turns ready:
-    # both watch the same EndpointSlices, so neither needs to have done the waking.
-    engine = await start_engine(SimEngineConfig(model="llama", host="127.0.0.2"))
-    api = FakeApiServer()
-    await api.start()
-    apps, clients = [], []
-    for _ in range(2):
-        app = build_app(GatewayConfig(models=(ModelRoute("llama"),), access_log=False,
-                                      expose_replica_header=True))
-        app.discovery = KubernetesDiscovery(
-            {SVC: "llama"}, None, kubeconfig=str(api.kubeconfig(tmp_path)),
-            backoff_s=0.05, max_backoff_s=0.2)
-        app.state.pools["llama"].activator = lambda: True  # min_replicas: 0 (the CLI's wrap)
-        await app.startup()
-        apps.append(app)
-        clients.append(httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                         base_url="http://gw", timeout=30))
-    try:
-        await until(lambda: all(a.discovery is not None and a.discovery.status().synced
-                                for a in apps))
-        for c in clients:
-            ready = (await c.get("/ready")).json()
-            assert ready["models_waking_on_request"] == ["llama"]
-        held = [asyncio.create_task(c.post("/v1/completions", json={
-            "model": "llama", "prompt": "hi", "max_tokens": 2})) for c in clients]
-        await until(lambda: all(len(a.state.pools["llama"].queue) == 1 for a in apps))
-        for c in clients:  # what the ScaledObject sums over the gateway pods
-            text = (await c.get("/metrics")).text
-            assert 'inferplane_queue_depth{model="llama"} 1.0' in text
-        await api.put_slice(f"{SVC}-x", SVC, engine.port, [endpoint("127.0.0.2", "llama-0")])
-        answers = await asyncio.gather(*held)
-        assert [r.status_code for r in answers] == [200, 200]
-        assert {r.headers["x-inferplane-replica"] for r in answers} == {"llama-0"}
-    finally:
-        for c in clients:
-            await c.aclose()
-        for a in apps:
-            await a.shutdown()
-        await api.stop()
-        await engine.stop()
-
-
-async def test_two_gateways_share_one_keys_limit_through_redis(tmp_path: Path) -> None:
-    # Issue 24.3: limits stay shared across the render's gateway replicas (Redis).
-    from tenancy_fixtures import NO_REDIS, REDIS_URL
-
-    from inferplane.store import Store
-    from inferplane.tenancy.keys import create_key
-    from inferplane.tenancy.limits import RedisLimiter
-    from inferplane.tenancy.service import Tenancy
-
-    if not REDIS_URL:
-        pytest.skip(NO_REDIS)
-    engine = await start_engine(SimEngineConfig(model="llama", host="127.0.0.2"))
-    api = FakeApiServer()
-    await api.start()
-    await api.put_slice(f"{SVC}-x", SVC, engine.port, [endpoint("127.0.0.2", "llama-0")])
-    db = f"sqlite:///{tmp_path / 'keys.db'}"
-    prefix = f"iptest:{os.urandom(4).hex()}:"
-    stores = [await Store.open(db) for _ in range(2)]
-    _, secret = await create_key(stores[0], "shared", rpm=2)
-    apps, clients, limiters = [], [], []
-    for store in stores:
-        limiter = RedisLimiter(REDIS_URL, prefix=prefix)
-        tenancy = Tenancy(store, limiter, refresh_s=0.05, ledger_flush_s=0.05)
-        app = build_app(GatewayConfig(models=(ModelRoute("llama"),), access_log=False),
-                        tenancy)
-        app.discovery = KubernetesDiscovery({SVC: "llama"}, None,
-                                            kubeconfig=str(api.kubeconfig(tmp_path)))
-        await app.startup()
-        apps.append(app)
-        limiters.append(limiter)
-        clients.append(httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                         base_url="http://gw", timeout=30))
-    try:
-        await until(lambda: all(len(a.state.backends("llama")) == 1 for a in apps))
-        auth = {"Authorization": f"Bearer {secret}"}
-        body = {"model": "llama", "prompt": "hi", "max_tokens": 2}
-        codes = [(await clients[i].post("/v1/completions", json=body, headers=auth)).status_code
-                 for i in (0, 1, 0, 1)]
-        assert codes == [200, 200, 429, 429]  # 2 per minute for the key, not per gateway
-    finally:
-        await limiters[0].clear()
-        for c in clients:
-            await c.aclose()
-        for a in apps:
-            await a.shutdown()  # closes its limiter
-        for store in stores:
-            await store.close()
-        await api.stop()
-        await engine.stop()
-
-
 # ---- the command itself ------------------------------------------------------------------
 
 
@@ -540,6 +443,43 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def _gateway_process(
+    tmp_path: Path, fleet: Path, api: FakeApiServer, *extra: str, **env_extra: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, list[bytes]]]:
+    """`inferplane gateway --discover kubernetes` as its own process, once /ready says 200;
+    yields a client and, after the block, its stderr lines."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env.update(KUBECONFIG=str(api.kubeconfig(tmp_path)), NO_COLOR="1",
+               INFERPLANE_STATE_DIR=str(tmp_path / "state"), **env_extra)
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "inferplane", "gateway", "--fleet", str(fleet),
+        "--discover", "kubernetes", "--namespace", "ns", *extra,
+        "--host", "127.0.0.1", "--port", str(port),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )
+    lines: list[bytes] = []
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while True:
+                assert proc.returncode is None and loop.time() < deadline
+                try:
+                    if (await http.get("/ready")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+            yield http, lines
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 20)
+        lines.extend(stderr.splitlines())
 
 
 async def test_cli_gateway_discovers_pods_from_kubeconfig(tmp_path: Path) -> None:
@@ -550,41 +490,125 @@ async def test_cli_gateway_discovers_pods_from_kubeconfig(tmp_path: Path) -> Non
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("models:\n  - name: llama\n    source: Qwen/Qwen3-0.6B\n"
                      "gateway:\n  expose_replica_header: true\n")
-    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    env.update(KUBECONFIG=str(api.kubeconfig(tmp_path)), NO_COLOR="1",
-               INFERPLANE_STATE_DIR=str(tmp_path / "state"))
-    port = _free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "inferplane", "gateway", "--fleet", str(fleet),
-        "--discover", "kubernetes", "--namespace", "ns", "--no-tenancy",
-        "--host", "127.0.0.1", "--port", str(port),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-    )
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while True:
-                assert proc.returncode is None and loop.time() < deadline
-                try:
-                    if (await http.get("/ready")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.1)
+        async with _gateway_process(tmp_path, fleet, api, "--no-tenancy") as (http, stderr):
             r = await http.post("/v1/completions", json={"model": "llama", "prompt": "hi",
                                                          "max_tokens": 2})
             assert r.status_code == 200, r.text
             assert r.headers["x-inferplane-replica"] == "llama-0"
             assert (await http.get("/ready")).json()["discovery"]["synced"] is True
     finally:
-        proc.send_signal(signal.SIGINT)
-        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
         await api.stop()
         await engine.stop()
-    assert b"kubernetes discovery: listed 1 endpointslices in namespace ns" in stderr
-    logged = [orjson.loads(line) for line in stderr.splitlines() if line.startswith(b"{")]
+    assert b"kubernetes discovery: listed 1 endpointslices in namespace ns" in b"\n".join(stderr)
+    logged = [orjson.loads(line) for line in stderr if line.startswith(b"{")]
     assert [line["replica"] for line in logged if line.get("model") == "llama"] == ["llama-0"]
+
+
+HA_FLEET = """\
+models:
+  - {name: v1, source: Qwen/Qwen3-0.6B}
+  - {name: v2, source: Qwen/Qwen3-0.6B}
+  - {name: night, source: Qwen/Qwen3-0.6B}
+routes:  # a canary of v2 on the name v1, at 0% to start
+  - model: v1
+    backends: [{target: v1, weight: 100}, {target: v2, weight: 0}]
+scaling:
+  models:
+    night: {min_replicas: 0, max_replicas: 1}
+gateway:
+  auth: "on"
+  expose_replica_header: true
+"""
+
+
+async def test_two_gateway_processes_agree_on_limits_routes_and_holds(tmp_path: Path) -> None:
+    # Issue 24.3, as the render runs it: two gateway processes, one Redis (limits), one
+    # database (keys, routes), one cluster (the stand-in API server), pods on loopback IPs.
+    from tenancy_fixtures import NO_REDIS, REDIS_URL
+
+    from inferplane.store import Store
+    from inferplane.tenancy.keys import create_key
+
+    if not REDIS_URL:
+        pytest.skip(NO_REDIS)
+    engines = {name: await start_engine(SimEngineConfig(model=name, host=ip))
+               for name, ip in (("v1", "127.0.0.2"), ("v2", "127.0.0.3"),
+                                ("night", "127.0.0.4"))}
+    api = FakeApiServer()
+    await api.start()
+    for name in ("v1", "v2"):
+        h = engines[name]
+        await api.put_slice(f"{name}-x", name, h.port, [endpoint(h.host, f"{name}-0")])
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(HA_FLEET)
+    db = f"sqlite:///{tmp_path / 'shared.db'}"
+    store = await Store.open(db)
+    _, limited = await create_key(store, "limited", rpm=2)
+    _, free = await create_key(store, "free")
+    await store.close()
+    env = {"INFERPLANE_REDIS_URL": REDIS_URL, "INFERPLANE_ADMIN_TOKEN": "admin-secret"}
+    body = {"prompt": "hi", "max_tokens": 2}
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            (a, _), (b, _) = await asyncio.gather(*(  # both start at once
+                stack.enter_async_context(_gateway_process(tmp_path, fleet, api, "--db", db,
+                                                           **env)) for _ in range(2)))
+            key = {"Authorization": f"Bearer {free}"}
+
+            async def replica(gw: httpx.AsyncClient, model: str) -> str:
+                r = await gw.post("/v1/completions", json={**body, "model": model},
+                                  headers=key)
+                assert r.status_code == 200, r.text
+                return r.headers["x-inferplane-replica"]
+
+            # Limits: 2 per minute for the key across both gateways, not per gateway.
+            lim = {"Authorization": f"Bearer {limited}"}
+            codes = [(await gw.post("/v1/completions", json={**body, "model": "v2"},
+                                    headers=lim)).status_code for gw in (a, b, a, b)]
+            assert codes == [200, 200, 429, 429]
+
+            # Canary weights: changed once (on gateway A), in force on both.
+            assert {await replica(gw, "v1") for gw in (a, b) for _ in range(3)} == {"v1-0"}
+            r = await a.put("/admin/routes/v1", json={"targets": {"v1": 0, "v2": 1}},
+                            headers={"Authorization": "Bearer admin-secret"})
+            assert r.status_code == 200, r.text
+            for gw in (a, b):  # each reloads from the database (every 2 s)
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 15
+                while await replica(gw, "v1") != "v2-0":
+                    assert loop.time() < deadline, "the route did not reload"
+                    await asyncio.sleep(0.2)
+            assert {await replica(gw, "v1") for gw in (a, b) for _ in range(3)} == {"v2-0"}
+
+            # Scale from zero: `night` has no pod; a request on each gateway is held.
+            held = [asyncio.create_task(gw.post("/v1/completions", headers=key,
+                                                json={**body, "model": "night"}))
+                    for gw in (a, b)]
+
+            async def queued(gw: httpx.AsyncClient) -> bool:
+                text = (await gw.get("/metrics")).text
+                return 'inferplane_queue_depth{model="night"} 1.0' in text
+
+            deadline = asyncio.get_running_loop().time() + 15
+            while not (await queued(a) and await queued(b)):
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.1)
+            # KEDA activates the workload on the held requests (here: gateway B's); its
+            # pod starts, is listed not ready, then ready: both held requests go to it.
+            h = engines["night"]
+            await api.put_slice("night-x", "night", h.port,
+                                [endpoint(h.host, "night-0", ready=False)])
+            await asyncio.sleep(0.5)
+            assert not any(t.done() for t in held)  # a pod that is not ready takes nothing
+            await api.put_slice("night-x", "night", h.port, [endpoint(h.host, "night-0")])
+            answers = await asyncio.wait_for(asyncio.gather(*held), 20)
+            assert [r.status_code for r in answers] == [200, 200]
+            assert {r.headers["x-inferplane-replica"] for r in answers} == {"night-0"}
+    finally:  # the Redis counters are under the new keys' ids: nothing to clean up
+        await api.stop()
+        for h in engines.values():
+            await h.stop()
 
 
 @pytest.mark.parametrize(
