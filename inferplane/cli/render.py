@@ -42,6 +42,12 @@ def render(
                                "nodes (P15, k8s only): kueue | volcano | none."),
     gang_queue: str = typer.Option(
         "default", "--gang-queue", help="Kueue LocalQueue or Volcano Queue name."),
+    inference_pool: bool = typer.Option(
+        False, "--inference-pool", help="k8s: also an InferencePool (Gateway API Inference "
+        "Extension v1) per model, for a GIE-capable Gateway (docs/deploy.md)."),
+    epp_image: str | None = typer.Option(
+        None, "--epp-image", help="With --inference-pool: run an endpoint picker per pool "
+        "from this image (default: none rendered; install your own)."),
     check: Path | None = typer.Option(None, "--check", help="Validate this rendered directory."),
     image_archive: Path | None = typer.Option(
         None, "--image-archive", help="With --check: also warn when this image archive "
@@ -130,6 +136,7 @@ def render(
         fleet_text=fleet.read_text(encoding="utf-8"),
         weights=weights_mode, weights_storage_class=weights_storage_class,
         gang=gang_mode, gang_queue=gang_queue,
+        inference_pool=inference_pool, epp_image=epp_image,
     )
     image = gateway_image or spec.gateway.image  # the flag, the fleet file, the default
     if image:

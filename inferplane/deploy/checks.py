@@ -4,8 +4,9 @@ Kubernetes: every built-in object against the official OpenAPI-derived JSON sche
 strict mode (`kubernetes-validate`) for each requested version; KEDA and
 prometheus-operator objects through their generated pydantic models
 (`cloudcoil-models-keda`, `cloudcoil-models-prometheus-operator`) with a round trip that
-catches unknown fields; Volcano PodGroups against the vendored CRD schema
-(`schemas/volcano-podgroup-v1beta1.json`, strict); then the checks no schema expresses
+catches unknown fields; Volcano PodGroups and GIE InferencePools against the vendored CRD
+schemas (`schemas/volcano-podgroup-v1beta1.json`, `schemas/inferencepool-v1.json`,
+strict; the pool's CEL rules by hand); then the checks no schema expresses
 (selectors match labels, scale targets exist, GPU requests = limits, quantities parse,
 DNS-1123 names, port names <= 15 characters, one PDB per pod, drain and rollout settings,
 PodGroups and PVCs that pods name exist, a PodGroup's GPUs match its pods).
@@ -40,6 +41,7 @@ HAMI_MEMORY = "nvidia.com/gpumem"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 _JSON_SCHEMAS: dict[tuple[str, str], str] = {
     ("scheduling.volcano.sh/v1beta1", "PodGroup"): "schemas/volcano-podgroup-v1beta1.json",
+    ("inference.networking.k8s.io/v1", "InferencePool"): "schemas/inferencepool-v1.json",
 }
 _NAMED_BY_DNS1035 = {"Service"}
 
@@ -408,6 +410,8 @@ def _reference_problems(docs: list[Doc], pods: list[_Pod], bad: Bad,
                         if endpoint.get("port") not in pod.port_names():
                             bad(file, doc, f"port {endpoint.get('port')!r} is not a port "
                                            f"of {pod.owner}")
+        if kind == "InferencePool":
+            _pool_problems(file, doc, pods_selected, bad)
         if kind in ("ScaledObject", "HorizontalPodAutoscaler"):
             ref = spec.get("scaleTargetRef") or {}
             if (str(ref.get("kind", "Deployment")), str(ref.get("name"))) not in workloads:
@@ -417,6 +421,27 @@ def _reference_problems(docs: list[Doc], pods: list[_Pod], bad: Bad,
         if count > 1:
             problems.append(CheckProblem("", owner, f"{count} PodDisruptionBudgets select its "
                                                  "pods; the eviction API refuses such pods"))
+
+
+def _pool_problems(file: str, doc: dict[str, Any],
+                   pods_selected: Callable[[dict[str, str]], list[_Pod]], bad: Bad) -> None:
+    """The InferencePool CRD's CEL rules (a JSON schema has none) and what it selects."""
+    spec = doc.get("spec") or {}
+    numbers = [p.get("number") for p in spec.get("targetPorts") or []]
+    if len(numbers) != len(set(numbers)):
+        bad(file, doc, "spec.targetPorts: port number must be unique")
+    ref = spec.get("endpointPickerRef") or {}
+    if ref and ref.get("kind", "Service") == "Service" and "port" not in ref:
+        bad(file, doc, "spec.endpointPickerRef: port is required when kind is 'Service'")
+    selected = pods_selected((spec.get("selector") or {}).get("matchLabels") or {})
+    if not selected:
+        bad(file, doc, "selector matches no pod template")
+    for pod in selected:
+        ports = {p.get("containerPort") for c in (pod.template.get("spec") or {}).get(
+            "containers") or [] for p in c.get("ports") or []}
+        for number in numbers:
+            if number not in ports:
+                bad(file, doc, f"targetPort {number} is not a container port of {pod.owner}")
 
 
 # --- directories ----------------------------------------------------------------------------

@@ -68,6 +68,8 @@ class RenderOptions:
     local_read_mib_s: float = 2000.0  # node-local NVMe after the pre-warm copy
     gang: GangScheduler = "none"
     gang_queue: str = "default"
+    inference_pool: bool = False  # GIE v1 InferencePools per model (k8s/inference_pool.py)
+    epp_image: str | None = None  # with inference_pool: run an endpoint picker per pool
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.namespace) or len(
@@ -110,6 +112,11 @@ class RenderOptions:
                     "not a valid Kubernetes object name", field=name, value=value,
                     fix="use lowercase letters, digits, '-' and '.', at most 63 characters",
                 )
+        if self.epp_image is not None and not self.inference_pool:
+            raise InferplaneError(
+                "an endpoint picker serves an InferencePool", field="--epp-image",
+                value=self.epp_image, fix="add --inference-pool, or drop --epp-image",
+            )
         if self.weights_headroom < 1.0:
             raise InferplaneError(
                 "the weights volume must be at least as large as the weights",

@@ -5,10 +5,13 @@ Layout (one file per object kind per workload or model):
   engines/<model>-lws/leaderworkerset.yaml, pdb.yaml (replicas that span nodes)
   models/<model>/service.yaml, podmonitor.yaml, scaledobject.yaml | hpa.yaml
                 [, pvc.yaml with --weights pvc | prewarm.yaml with --weights prewarm]
+                [, inferencepool.yaml with --inference-pool,
+                   epp-deployment.yaml, epp-service.yaml with --epp-image]
   gateway/configmap.yaml (fleet file, plan), rbac.yaml, deployment.yaml, service.yaml,
           pdb.yaml, podmonitor.yaml,
           ingress.yaml
   monitoring/prometheusrule.yaml, dashboard.yaml
+  epp/rbac.yaml (with --epp-image)
   kustomization.yaml
 """
 
@@ -21,6 +24,7 @@ from inferplane.deploy.k8s import (
     autoscaling,
     gang,
     gateway,
+    inference_pool,
     leaderworkerset,
     monitoring,
     pdb,
@@ -63,6 +67,16 @@ def render_k8s(fleet: FleetSpec, plan: Plan, options: RenderOptions, fleet_text:
             files[f"{base}/pvc.yaml"] = [weights.pvc(ctx, model)]
         if model in prewarmed:
             files[f"{base}/prewarm.yaml"] = [weights.prewarm_daemonset(ctx, model)]
+    if options.inference_pool:
+        for model in inference_pool.pooled_models(ctx):
+            base = f"models/{object_name(model)}"
+            files[f"{base}/inferencepool.yaml"] = [inference_pool.inference_pool(ctx, model)]
+            if options.epp_image:
+                files[f"{base}/epp-deployment.yaml"] = [
+                    inference_pool.epp_deployment(ctx, model, options.epp_image)]
+                files[f"{base}/epp-service.yaml"] = [inference_pool.epp_service(ctx, model)]
+        if options.epp_image and inference_pool.pooled_models(ctx):
+            files["epp/rbac.yaml"] = inference_pool.epp_rbac(ctx)
     if options.autoscaler != "none":
         scaled = autoscaling.scaled_workloads(ctx)
         for workload, bounds in scaled:

@@ -164,7 +164,22 @@ def _scaling(ctx: K8sContext) -> list[str]:
     return out
 
 
-CHECKS: tuple[Callable[[K8sContext], list[str]], ...] = (_gateway, _models, _scaling)
+def _pools(ctx: K8sContext) -> list[str]:
+    from inferplane.deploy.k8s import inference_pool as gie
+
+    if not ctx.options.inference_pool:
+        return []
+    out = [f"models[{m}]: no InferencePool: its pods serve it on ports "
+           f"{', '.join(str(p) for p in gie.model_ports(ctx, m))}, and a pool tries every "
+           "port on every pod it selects" for m in ctx.models if m not in gie.pooled_models(ctx)]
+    if ctx.options.epp_image is None and gie.pooled_models(ctx):
+        out.append("--inference-pool without --epp-image: each pool names an endpoint picker "
+                   "Service <model>-epp (port 9002) that this render does not run; install "
+                   "one, or render with --epp-image (docs/deploy.md)")
+    return out
+
+
+CHECKS: tuple[Callable[[K8sContext], list[str]], ...] = (_gateway, _models, _scaling, _pools)
 
 
 def warnings(ctx: K8sContext) -> list[str]:
