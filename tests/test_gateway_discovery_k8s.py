@@ -483,26 +483,49 @@ async def _gateway_process(
 
 
 async def test_cli_gateway_discovers_pods_from_kubeconfig(tmp_path: Path) -> None:
+    # As rendered: the fleet file and plan.json (ConfigMaps), the pod annotated with its
+    # plan instance, the pod spec without --max-num-seqs: the plan's 1 is the cap, not 256.
+    from deploy_plans import _plan, instance
+
     engine = await start_engine(SimEngineConfig(model="llama", host="127.0.0.2"))
     api = FakeApiServer()
     await api.start()
+    api.put_pod("llama-0", engine.port, ["--model", "/w"], {"inferplane.io/instances": "llama-0"})
     await api.put_slice(f"{SVC}-abc12", SVC, engine.port, [endpoint("127.0.0.2", "llama-0")])
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("models:\n  - name: llama\n    source: Qwen/Qwen3-0.6B\n"
                      "gateway:\n  expose_replica_header: true\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(_plan(str(fleet), [instance(
+        "llama", 0, node="n", gpu_type="L4", gpus=[0], port=engine.port, util=0.9,
+        weights_gib=1.0, source="/w", seqs=1)], []).model_dump_json())
+    long = {"model": "llama", "prompt": "x", "max_tokens": 2000, "ignore_eos": True,
+            "stream": True}  # a client that leaves ends the stream upstream too
     try:
-        async with _gateway_process(tmp_path, fleet, api, "--no-tenancy") as (http, stderr):
+        async with _gateway_process(tmp_path, fleet, api, "--no-tenancy", "--plan",
+                                    str(plan)) as (http, stderr):
             r = await http.post("/v1/completions", json={"model": "llama", "prompt": "hi",
                                                          "max_tokens": 2})
             assert r.status_code == 200, r.text
             assert r.headers["x-inferplane-replica"] == "llama-0"
             assert (await http.get("/ready")).json()["discovery"]["synced"] is True
+            busy = [asyncio.create_task(http.post("/v1/completions", json=long))
+                    for _ in range(2)]
+            deadline = asyncio.get_running_loop().time() + 15
+            while 'inferplane_queue_depth{model="llama"} 1.0' not in (
+                    await http.get("/metrics")).text:  # one runs, the second waits
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.1)
+            for t in busy:
+                t.cancel()
+            await asyncio.gather(*busy, return_exceptions=True)
     finally:
         await api.stop()
         await engine.stop()
     assert b"kubernetes discovery: listed 1 endpointslices in namespace ns" in b"\n".join(stderr)
     logged = [orjson.loads(line) for line in stderr if line.startswith(b"{")]
-    assert [line["replica"] for line in logged if line.get("model") == "llama"] == ["llama-0"]
+    replicas = {line["replica"] for line in logged if line.get("model") == "llama"}
+    assert replicas - {"-"} == {"llama-0"}  # "-": the queued request, cancelled waiting
 
 
 HA_FLEET = """\

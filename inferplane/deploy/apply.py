@@ -17,6 +17,9 @@ _PROVIDERS = {
     "PodMonitor": "the Prometheus Operator",
     "PrometheusRule": "the Prometheus Operator",
     "PodGroup": "Volcano (or render without --gang volcano)",
+    "InferencePool": "the Gateway API Inference Extension CRDs "
+                     "(github.com/kubernetes-sigs/gateway-api-inference-extension, or render "
+                     "without --inference-pool)",
 }
 
 
