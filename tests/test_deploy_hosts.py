@@ -113,6 +113,7 @@ def test_host_of_prefers_an_inventory_address() -> None:
     ({"gang": "kueue"}, "--gang"),
     ({"weights": "pvc"}, "--weights"),
     ({"ingress_host": "llm.example.com"}, "--ingress-host"),
+    ({"inference_pool": True}, "--inference-pool"),
 ])
 def test_kubernetes_only_options_are_refused(target: str, opts: dict[str, Any],
                                              field: str) -> None:

@@ -2,11 +2,12 @@
 options that only mean something to Kubernetes.
 
 Nothing is ignored silently. `--gang` (a Kubernetes scheduler feature), `--weights pvc` (a
-PersistentVolumeClaim), `--ingress-host` (an Ingress) and nodes whose GPUs are MIG slices
-(the plan's whole-card indices do not address a MIG instance) are refused with the option,
-the target and the fix. HAMi is a Kubernetes device plugin: on a host, co-located engines
-share a whole card by their planned `--gpu-memory-utilization` fractions (P01), which is what
-compose and systemd render anyway, so `sharing: hami` needs nothing more there.
+PersistentVolumeClaim), `--ingress-host` (an Ingress), `--inference-pool` (GIE objects) and
+nodes whose GPUs are MIG slices (the plan's whole-card indices do not address a MIG
+instance) are refused with the option, the target and the fix. HAMi is a Kubernetes device
+plugin: on a host, co-located engines share a whole card by their planned
+`--gpu-memory-utilization` fractions (P01), which is what compose and systemd render
+anyway, so `sharing: hami` needs nothing more there.
 """
 
 from __future__ import annotations
@@ -68,6 +69,12 @@ def refuse_cluster_options(fleet: FleetSpec, plan: Plan, options: RenderOptions,
             "listens on the first host's gateway port", field="--ingress-host",
             value=options.ingress_host,
             fix=f"drop --ingress-host for --target {target} and put your own proxy in front")
+    if options.inference_pool:
+        raise InferplaneError(
+            f"--inference-pool renders Gateway API InferencePools for a Kubernetes Gateway; "
+            f"--target {target} has the inferplane gateway only", field="--inference-pool",
+            value="true", fix=f"drop --inference-pool for --target {target}, or render "
+                              "--target k8s")
     inventory = fleet.gpus
     if inventory is None:
         return
