@@ -370,11 +370,17 @@ async def engine_addresses(gateway: GatewayFactory, rows: list[Row]) -> None:
         async with s.post(gw.url + "/v1/chat/completions", json=CHAT) as r:
             header = r.headers.get("x-inferplane-replica")
         status, body = await _post(s, broken.url, CHAT)
+        scraped = ""
+        for url in (gw.url, broken.url):
+            async with s.get(url + "/metrics") as r:
+                scraped += await r.text()
     leaks = HOST in body.decode()
+    in_metrics = HOST in scraped
     rows.append((
-        "engine addresses in headers and 502s", "2", f"x-inferplane-replica: {header}; "
-        f"502 names an address: {leaks}", f"502 says: {orjson.loads(body)['error']['message']}",
-        header is None and status == 502 and not leaks,
+        "engine addresses in headers, 502s and /metrics", "2 + 2 scrapes",
+        f"x-inferplane-replica: {header}; 502 names an address: {leaks}; "
+        f"/metrics names one: {in_metrics}", f"502 says: {orjson.loads(body)['error']['message']}",
+        header is None and status == 502 and not leaks and not in_metrics,
     ))  # fmt: skip
     await gw.stop()
     await broken.stop()

@@ -1117,6 +1117,7 @@ class GatewayApp:
                     "received_at": round(time.time() - total, 6),
                     "model": route.name,
                     "replica": replica,
+                    "replica_url": rec.backend.address if rec.backend is not None else "-",
                     "status": rec.status,
                     "prompt_tokens": rec.prompt_tokens,
                     "completion_tokens": rec.completion_tokens,

@@ -229,7 +229,7 @@ class Runtime:
         self.backends: dict[str, list[Backend]] = {}
         self._by_instance: dict[str, Backend] = {}
         for inst in self.instances:
-            backend = Backend(inst.url, ready=False)
+            backend = Backend(inst.url, ready=False, name=inst.name)
             self.backends.setdefault(inst.model, []).append(backend)
             self._by_instance[inst.name] = backend
         self.supervisor = Supervisor(
@@ -557,7 +557,7 @@ class Runtime:
             )
         else:
             inst = await self._place(model, candidates, make_room)
-        backend = Backend(inst.url, ready=False)
+        backend = Backend(inst.url, ready=False, name=inst.name)
         self.backends.setdefault(model, []).append(backend)
         self._by_instance[inst.name] = backend
         self.gateway.state.set_backends(model, self.backends[model])
