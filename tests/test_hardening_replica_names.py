@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from test_gateway_fakes import FakeEngine, Harness, http
 
 from inferplane.gateway import GatewayConfig, ModelRoute
-from inferplane.gateway.backend import Backend, endpoint_name
+from inferplane.gateway.backend import Backend, endpoint_name, failure_text
 
 
 @dataclass
@@ -119,3 +119,16 @@ def test_replica_names() -> None:
     unnamed = Backend("http://10.0.0.5:8000")
     assert unnamed.label.startswith("replica-") and "10.0.0.5" not in unnamed.label
     assert unnamed.public == unnamed.label
+
+
+async def test_an_aiohttp_connection_error_is_told_without_the_address() -> None:
+    import aiohttp
+
+    dead = dead_url("127.9.8.7")
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientError) as caught:
+            await session.get(dead + "/v1/responses/resp_1")
+    assert "127.9.8.7" in repr(caught.value)  # what the 502 of GET /v1/responses/{id} said
+    text = failure_text(caught.value, Backend(dead, name="chat-0"))
+    assert "127.9.8.7" not in text and dead.rpartition(":")[2] not in text
+    assert text.startswith("ClientConnectorError: ")

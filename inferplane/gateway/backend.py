@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from inferplane.gateway.redact import redact_url
 
@@ -92,3 +94,22 @@ def endpoint_backends(model: str, urls: Sequence[str]) -> list[Backend]:
     """The backends of a model's static `endpoints:` (fleet file, --backend), named by
     `endpoint_name` so no address reaches a client or `/metrics`."""
     return [Backend(url, name=endpoint_name(model, i)) for i, url in enumerate(urls)]
+
+
+def failure_text(exc: BaseException, backend: Backend) -> str:
+    """An upstream client's exception as a client may read it: its kind and cause, never
+    the host and port aiohttp writes into a connection error's text (issue 30 item 17)."""
+    cause = getattr(exc, "os_error", None)  # aiohttp.ClientConnectorError and subclasses
+    if isinstance(cause, OSError):  # its strerror may be "Connect call failed (host, port)"
+        why = os.strerror(cause.errno) if cause.errno else type(cause).__name__
+        text = f"{type(exc).__name__}: {why}"
+    elif isinstance(exc, TimeoutError):
+        text = "timed out"
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    netloc = urlsplit(backend.url).netloc.rpartition("@")[2]
+    host = netloc.rpartition(":")[0] or netloc
+    for secret in (backend.url, backend.address, netloc, host):
+        if secret:
+            text = text.replace(secret, backend.label)
+    return text
