@@ -132,3 +132,20 @@ async def test_an_aiohttp_connection_error_is_told_without_the_address() -> None
     text = failure_text(caught.value, Backend(dead, name="chat-0"))
     assert "127.9.8.7" not in text and dead.rpartition(":")[2] not in text
     assert text.startswith("ClientConnectorError: ")
+
+
+async def test_a_restart_reason_names_no_engine_address() -> None:
+    """An engine that stopped listening: the supervisor's reason ends streams and 502s
+    (`chat-0 restarting: 3 consecutive failed health checks; last: ...`)."""
+    import aiohttp
+
+    from inferplane.runtime.instances import Instance
+    from inferplane.runtime.supervisor import probe_live, probe_ready
+
+    port = int(dead_url("127.0.0.1").rpartition(":")[2])
+    inst = Instance("chat-0", "chat", "chat", 0, port, "sim", ())
+    async with aiohttp.ClientSession() as session:
+        reasons = [await probe(session, inst, 2.0) for probe in (probe_live, probe_ready)]
+    for why in reasons:
+        assert why is not None and str(port) not in why and "127.0.0.1" not in why, why
+        assert why.startswith("ClientConnectorError: ")

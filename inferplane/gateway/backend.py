@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from inferplane.aio import error_text
 from inferplane.gateway.redact import redact_url
 
 
@@ -97,16 +97,10 @@ def endpoint_backends(model: str, urls: Sequence[str]) -> list[Backend]:
 
 
 def failure_text(exc: BaseException, backend: Backend) -> str:
-    """An upstream client's exception as a client may read it: its kind and cause, never
-    the host and port aiohttp writes into a connection error's text (issue 30 item 17)."""
-    cause = getattr(exc, "os_error", None)  # aiohttp.ClientConnectorError and subclasses
-    if isinstance(cause, OSError):  # its strerror may be "Connect call failed (host, port)"
-        why = os.strerror(cause.errno) if cause.errno else type(cause).__name__
-        text = f"{type(exc).__name__}: {why}"
-    elif isinstance(exc, TimeoutError):
-        text = "timed out"
-    else:
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    """An upstream client's exception as a client may read it: `error_text` (its kind and
+    cause, never the host and port aiohttp writes into it), with anything left that names
+    `backend`'s address replaced by its name (issue 30 item 17)."""
+    text = error_text(exc)
     netloc = urlsplit(backend.url).netloc.rpartition("@")[2]
     host = netloc.rpartition(":")[0] or netloc
     for secret in (backend.url, backend.address, netloc, host):
