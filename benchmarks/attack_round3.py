@@ -370,11 +370,17 @@ async def engine_addresses(gateway: GatewayFactory, rows: list[Row]) -> None:
         async with s.post(gw.url + "/v1/chat/completions", json=CHAT) as r:
             header = r.headers.get("x-inferplane-replica")
         status, body = await _post(s, broken.url, CHAT)
+        scraped = ""
+        for url in (gw.url, broken.url):
+            async with s.get(url + "/metrics") as r:
+                scraped += await r.text()
     leaks = HOST in body.decode()
+    in_metrics = HOST in scraped
     rows.append((
-        "engine addresses in headers and 502s", "2", f"x-inferplane-replica: {header}; "
-        f"502 names an address: {leaks}", f"502 says: {orjson.loads(body)['error']['message']}",
-        header is None and status == 502 and not leaks,
+        "engine addresses in headers, 502s and /metrics", "2 + 2 scrapes",
+        f"x-inferplane-replica: {header}; 502 names an address: {leaks}; "
+        f"/metrics names one: {in_metrics}", f"502 says: {orjson.loads(body)['error']['message']}",
+        header is None and status == 502 and not leaks and not in_metrics,
     ))  # fmt: skip
     await gw.stop()
     await broken.stop()
@@ -384,9 +390,96 @@ async def engine_addresses(gateway: GatewayFactory, rows: list[Row]) -> None:
 # ---- items 8, 15: descriptors and trickled bodies ----------------------------------------
 
 
+_FLOOD_CHILD = """
+import asyncio, resource, socket, sys
+limit, runtime_socket = int(sys.argv[1]), sys.argv[2] == "1"
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+import uvicorn
+from inferplane.gateway import GatewayConfig, ModelRoute, logfilter
+from inferplane.gateway.app import build_app
+from inferplane.gateway.connections import ACCEPT_BATCH
+from inferplane.gateway.server import uvicorn_config
+from inferplane.runtime.runner import _bind
+
+async def main():
+    app = build_app(GatewayConfig(models=(ModelRoute("m", endpoints=("http://127.0.0.1:9",)),),
+                                  access_log=False))
+    if runtime_socket:  # what `inferplane up` serves now
+        sock, extra = _bind("127.0.0.1", 0), {"backlog": ACCEPT_BATCH}
+    else:  # before: a plain socket, asyncio accepting 4,096 per tick
+        sock, extra = socket.socket(), {}
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(4096)
+        sock.setblocking(False)
+    logfilter.install()
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, app.connections, **extra))
+    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    print(sock.getsockname()[1], flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+def _fd_flood(limit: int, n: int, runtime_socket: bool) -> dict[str, Any]:
+    """The gateway as `up` serves it (asyncio's loop) in a child limited to `limit`
+    descriptors; `n` connections at once, held 1 s, then all reset. Its peak descriptors
+    (read from /proc every 2 ms), its stderr, and whether it answers afterwards."""
+    import socket
+    import struct
+    import subprocess
+    import threading
+
+    import httpx
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _FLOOD_CHILD, str(limit), "1" if runtime_socket else "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    port = int(child.stdout.readline())  # type: ignore[union-attr]
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(OSError):
+                peak[0] = max(peak[0], len(os.listdir(f"/proc/{child.pid}/fd")))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    flood = []
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            sock.connect((HOST, port))
+        flood.append(sock)
+    time.sleep(1.0)
+    for sock in flood:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    time.sleep(3.0)  # LINGER_S and asyncio's 1 s accept retry
+    try:
+        health = httpx.get(f"http://{HOST}:{port}/health", timeout=5).status_code
+    except httpx.HTTPError:
+        health = 0
+    done.set()
+    watcher.join()
+    child.terminate()
+    try:
+        _, err = child.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        _, err = child.communicate()
+        health = health or -1
+    return {"peak": peak[0], "health": health, "tracebacks": err.count("Traceback"),
+            "resource_lines": err.count("out of system resource"), "log_bytes": len(err)}
+
+
 async def connection_flood(gateway: GatewayFactory, rows: list[Row]) -> None:
     from inferplane.gateway.connections import MAX_LINGERING
-    from inferplane.gateway.logfilter import RateLimitFilter
 
     engines = FakeEngines()
     gw = await gateway(GatewayConfig(models=(ModelRoute("m", endpoints=tuple(
@@ -400,20 +493,54 @@ async def connection_flood(gateway: GatewayFactory, rows: list[Row]) -> None:
         peak = max(peak, gw.app.connections.lingering)
     for _, w in held + flood:
         w.close()
-    flt = RateLimitFilter()
-    import logging
-
-    logged = sum(flt.filter(logging.LogRecord("asyncio", logging.ERROR, "", 0,
-                                              "socket.accept() out of system resource",
-                                              None, None)) for _ in range(16_009))  # fmt: skip
     rows.append((
         "connection flood over the cap (20)", "20 held + 500", f"refused "
         f"{gw.app.connections.refused}; lingering at most {peak}",
-        f"descriptors for refused clients <= {MAX_LINGERING}; 16,009 accept() errors -> "
-        f"{logged} log line", peak <= MAX_LINGERING and logged == 1,
+        f"descriptors for refused clients <= {MAX_LINGERING}", peak <= MAX_LINGERING,
     ))  # fmt: skip
     await gw.stop()
     await engines.stop()
+    # The issue's attack on `up`'s gateway: 1,100 connections against 1,024 descriptors.
+    before = await asyncio.to_thread(_fd_flood, 1024, 1100, False)
+    after = await asyncio.to_thread(_fd_flood, 1024, 1100, True)
+    rows.append((
+        "1,100 connections at a 1,024-descriptor limit, all reset (up's asyncio loop)",
+        "1,100", f"peak {after['peak']}/1024 fds; /health after: {after['health']}",
+        f"{after['resource_lines']} accept() error line(s), {after['tracebacks']} tracebacks, "
+        f"{after['log_bytes']} B logged; plain socket in the same run: peak "
+        f"{before['peak']}/1024, {before['tracebacks']} tracebacks, {before['log_bytes']} B",
+        after["peak"] < 1024 and after["health"] == 200 and after["tracebacks"] == 0
+        and after["resource_lines"] <= 1,
+    ))  # fmt: skip
+
+
+def up_log_rotation(rows: list[Row]) -> None:
+    """A detached `up`'s output flooding up.log while it runs (10 kB files here, 16 MiB by
+    default): the writer rotates it to up.log.1..3."""
+    from inferplane.runtime import control
+    from inferplane.runtime.state import StateDir
+
+    with tempfile.TemporaryDirectory() as tmp:
+        state = StateDir(Path(tmp) / "state")
+        keep, control.UP_LOG_ROTATE_BYTES = control.UP_LOG_ROTATE_BYTES, 10_000
+        try:
+            pid = control.spawn_detached([sys.executable, "-c", (
+                "import time\nfor i in range(16009): print(f'accept() error {i}', flush=True)"
+                "\nprint('done', flush=True)\ntime.sleep(30)")], state)  # fmt: skip
+        finally:
+            control.UP_LOG_ROTATE_BYTES = keep
+        deadline = time.monotonic() + 30
+        while "done" not in state.up_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        files = sorted(state.path.glob("up.log*"))
+        sizes = [f.stat().st_size for f in files]
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    rows.append((
+        "a running detached up writes 16,009 lines (rotation at 10 kB)", "16,009 lines",
+        f"{len(files)} files, largest {max(sizes)} B", "up.log + 3 rotated, each <= 10 kB",
+        len(files) == 4 and max(sizes) <= 10_000,
+    ))  # fmt: skip
 
 
 async def trickled_body(gateway: GatewayFactory, rows: list[Row]) -> None:
@@ -541,6 +668,9 @@ def scenarios(gateway: GatewayFactory, rows: list[Row]) -> list[tuple[str, Any]]
     async def flood_ids() -> None:
         response_id_flood(rows)
 
+    async def up_log_async() -> None:
+        await asyncio.to_thread(up_log_rotation, rows)
+
     return [
         ("r3-ledger", lambda: poisoned_ledger(gateway, rows)),
         ("r3-names", lambda: giant_model_names(gateway, rows)),
@@ -550,6 +680,7 @@ def scenarios(gateway: GatewayFactory, rows: list[Row]) -> list[tuple[str, Any]]
         ("r3-deadline", lambda: own_deadline(gateway, rows)),
         ("r3-console", lambda: console_attacks(rows)),
         ("r3-flood", lambda: connection_flood(gateway, rows)),
+        ("r3-up-log", up_log_async),
         ("r3-hung", lambda: hung_endpoint_defaults(gateway, rows)),
         ("r3-clock", lambda: clock_step(rows)),
         ("r3-stopped", lambda: stopped_engine(rows)),

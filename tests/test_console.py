@@ -319,10 +319,10 @@ def test_responses_name_the_replica_that_served_them(harness: Harness) -> None: 
     # learn engine addresses unless gateway.expose_replica_header is on).
     token = {"x-inferplane-replica-token": app.replica_header.token}
     plain = http.post(url + "/v1/chat/completions", json=body, headers=token)
-    assert plain.status_code == 200 and plain.headers["x-inferplane-replica"] == engine.url
+    assert plain.status_code == 200 and plain.headers["x-inferplane-replica"] == "m-endpoint-0"
     with http.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True},
                      headers=token) as r:  # fmt: skip
-        assert r.headers["x-inferplane-replica"] == engine.url
+        assert r.headers["x-inferplane-replica"] == "m-endpoint-0"
         r.read()
     for headers in ({}, {"x-inferplane-replica-token": "guessed"}):
         other = http.post(url + "/v1/chat/completions", json=body, headers=headers)
@@ -378,7 +378,7 @@ async def test_sampler_turns_gateway_and_engine_metrics_into_points(
         sampler = app.console.sampler
         assert await sampler.sample_once() is None  # the baseline
         step["n"] = 3
-        series = app.metrics.series("chat", source.instances[0]["url"])
+        series = app.metrics.series("chat", "chat-0")  # the gateway names replicas
         for _ in range(6):
             series.count(200)
         series.count(503)

@@ -292,3 +292,77 @@ def test_descriptor_exhaustion_errors_are_logged_once_per_interval() -> None:
     now[0] = 11.0
     later = record("socket.accept() out of system resource")
     assert flt.filter(later) and "16008 more like it" in later.getMessage()
+
+
+# The gateway as `inferplane up` serves it (asyncio's loop, the runtime's listening socket),
+# in a child process whose descriptor limit is small: issue 30 item 8.
+_FLOOD_CHILD = """
+import asyncio, os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[1])))
+import uvicorn
+from inferplane.gateway import GatewayConfig, ModelRoute, logfilter
+from inferplane.gateway.app import build_app
+from inferplane.gateway.connections import ACCEPT_BATCH
+from inferplane.gateway.server import uvicorn_config
+from inferplane.runtime.runner import _bind
+
+async def main():
+    app = build_app(GatewayConfig(models=(ModelRoute("m", endpoints=("http://127.0.0.1:9",)),),
+                                  access_log=False))
+    sock = _bind("127.0.0.1", 0)
+    logfilter.install()
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, app.connections,
+                                           backlog=ACCEPT_BATCH))
+    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    print(sock.getsockname()[1], flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+def test_a_flood_at_the_descriptor_limit_logs_one_line_and_leaks_nothing() -> None:
+    import contextlib
+    import os
+    import struct
+    import subprocess
+    import sys
+
+    limit = 400  # the cap: (400 - fd_reserve 256) // 2 = 72 connections
+    child = subprocess.Popen(
+        [sys.executable, "-c", _FLOOD_CHILD, str(limit)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        port = int(child.stdout.readline())  # type: ignore[union-attr]
+        base = f"http://127.0.0.1:{port}"
+        with http_client() as client:
+            assert client.get(base + "/health").status_code == 200
+        idle = len(os.listdir(f"/proc/{child.pid}/fd"))
+        flood = []
+        for _ in range(3 * limit):  # far more than the limit, connecting all at once
+            sock = socket.socket()
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):  # connecting
+                sock.connect(("127.0.0.1", port))
+            flood.append(sock)
+        time.sleep(1.0)
+        for sock in flood:  # and all reset at once: some before the gateway answered them
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            open_fds = len(os.listdir(f"/proc/{child.pid}/fd"))
+            if open_fds <= idle + 4:
+                break
+            time.sleep(0.2)
+        assert open_fds <= idle + 4, (open_fds, idle)  # every descriptor given back
+        with http_client() as client:
+            assert client.get(base + "/health").status_code == 200  # and still serving
+    finally:
+        child.terminate()
+        _, err = child.communicate(timeout=30)
+    assert "Traceback" not in err, err[-3000:]
+    assert err.count("out of system resource") <= 1, err[-3000:]

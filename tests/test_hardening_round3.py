@@ -342,7 +342,7 @@ def test_replica_header_is_opt_in_and_errors_name_no_engine_address() -> None:
                                access_log=False, expose_replica_header=True)  # fmt: skip
         _, exposed = h.gateway(config)
         r = http.post(exposed + "/v1/chat/completions", json=CHAT)
-        assert r.headers["x-inferplane-replica"] == engine.url
+        assert r.headers["x-inferplane-replica"] == "m-endpoint-0"  # a name, not its URL
         with socket.socket() as s:  # a port nothing listens on
             s.bind(("127.0.0.1", 0))
             dead = f"http://127.0.0.1:{s.getsockname()[1]}"
@@ -351,7 +351,7 @@ def test_replica_header_is_opt_in_and_errors_name_no_engine_address() -> None:
         failed = http.post(broken + "/v1/chat/completions", json=CHAT)
         assert failed.status_code == 502
         assert "127.0.0.1" not in failed.text and dead not in failed.text
-        assert "replica-" in failed.json()["error"]["message"]
+        assert "m-endpoint-0" in failed.json()["error"]["message"]
     finally:
         h.close()
 

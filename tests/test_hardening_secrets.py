@@ -93,7 +93,7 @@ def test_replica_credentials_never_reach_clients_or_metrics() -> None:
         body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
         r = http.post(gw + "/v1/chat/completions", json=body)
         assert r.status_code == 502 and "hunter2" not in r.text
-        assert "user" not in r.text and "replica-" in r.text  # no address at all (issue 30)
+        assert "user" not in r.text and "m-endpoint-0" in r.text  # no address at all (issue 30)
         assert "hunter2" not in http.get(gw + "/metrics").text
     finally:
         h.close()

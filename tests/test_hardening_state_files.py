@@ -91,7 +91,50 @@ def test_up_log_is_rotated_and_private(tmp_path: Path, monkeypatch: pytest.Monke
     assert state.up_log.with_name("up.log.1").stat().st_size == 100
     pid = control.spawn_detached([sys.executable, "-c", "print('hi')"], state)
     os.waitpid(pid, 0)
-    assert mode(state.up_log) == 0o600 and state.up_log.read_text() == "hi\n"
+    _until(lambda: state.up_log.read_text() == "hi\n")  # through the writer's pipe
+    assert mode(state.up_log) == 0o600
+
+
+def _until(check: object, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_up_log_rotates_by_size_while_the_fleet_runs(  # issue 30 item 8
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = StateDir(tmp_path / "state")
+    monkeypatch.setattr(control, "UP_LOG_ROTATE_BYTES", 10_000)
+    flood = textwrap.dedent("""
+        import sys, time
+        for i in range(3000):
+            print(f"error {i:05d}: accept() out of system resource " + "x" * 20, flush=True)
+        print("ü" * 10, file=sys.stderr, flush=True)  # both streams, UTF-8 kept
+        time.sleep(60)  # still running while the log is checked
+    """)
+    pid = control.spawn_detached([sys.executable, "-c", flood], state)
+    try:
+        _until(lambda: "ü" * 10 in state.up_log.read_text(encoding="utf-8"))
+        files = sorted(state.path.glob("up.log*"))
+        assert [f.name for f in files] == ["up.log", "up.log.1", "up.log.2", "up.log.3"]
+        assert all(f.stat().st_size <= 10_000 and mode(f) == 0o600 for f in files)
+        newest = state.up_log.read_text(encoding="utf-8")
+        assert "error 02999:" in newest and newest.splitlines()[0].startswith("error ")
+        assert "error 00000:" not in "".join(f.read_text() for f in files)  # bounded
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_a_start_failure_is_read_across_a_rotation(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    state.path.mkdir()
+    state.up_log.with_name("up.log.1").write_text("old\nstarting\n")
+    state.up_log.write_text("error: port 8000 is taken\n")
+    error = control.start_failure(state, offset=len("old\n"))
+    assert "port 8000 is taken" in error.message
 
 
 async def test_a_stopped_engine_is_killed_without_waiting_out_its_grace(tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ async def test_trace_joins_access_log_engine_log_and_ledger(runtime: Runtime) ->
     assert f"Received request chatcmpl-{RID}" in line["line"]
     (usage,) = doc["usage"]
     assert usage["request_id"] == RID and usage["completion_tokens"] == 5
-    assert usage["replica"] == req["replica"] and usage["stream"] is True
+    assert usage["replica"] == req["instance"] and usage["stream"] is True  # named, no URL
 
     code, out = await asyncio.to_thread(_trace, state, RID)
     assert code == 0

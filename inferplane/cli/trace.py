@@ -67,16 +67,13 @@ def trace(
             "written within a second of the response), or pass the fleet's --state-dir if "
             "it runs from another directory",
         )
-    # The gateway names a replica by its URL; the state file says which instance that is.
+    # An older access log named a replica by its URL; the state file says which instance.
     instances = {
         str(i.get("url")): str(i.get("name")) for i in (state.read() or {}).get("instances", [])
     }
     doc = {
         "request_id": request_id,
-        "requests": [
-            timeline({**r, "instance": instances.get(str(r.get("replica")), r.get("replica"))})
-            for r in records
-        ],
+        "requests": [timeline(_named(r, instances)) for r in records],
         "engine_log": engine_lines,
         "usage": usage,
         "searched": searched,
@@ -85,6 +82,16 @@ def trace(
         typer.echo(json.dumps(doc, indent=2))
         return
     _print(doc)
+
+
+def _named(record: dict[str, Any], instances: dict[str, str]) -> dict[str, Any]:
+    """`replica`: the URL, `instance`: its name. The access log writes the name as `replica`
+    and the URL as `replica_url` (names are what clients and /metrics see, issue 30)."""
+    url = record.get("replica_url")
+    if url is None:  # written before replicas were named
+        url = record.get("replica")
+        return {**record, "instance": instances.get(str(url), url)}
+    return {**record, "replica": url, "instance": record.get("replica")}
 
 
 def access_records(path: Path, request_id: str) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ from inferplane.console.source import FleetSource
 from inferplane.console.usage import usage_view
 from inferplane.console.views import fleet_view, logs_view, models_view
 from inferplane.errors import InferplaneError
+from inferplane.gateway.redact import redact_url
 
 if TYPE_CHECKING:
     from inferplane.gateway.app import GatewayApp
@@ -224,10 +225,12 @@ class ConsoleApp:
         return self.source is not None
 
     def _replicas(self) -> dict[str, str]:
-        """Engine URL -> instance name, to name the replica a playground answer came from."""
-        if self.source is None:
-            return {}
-        return {i["url"]: i["name"] for i in self.source.status().get("instances", [])}
+        """Replica name (what x-inferplane-replica says: chat-0) -> its engine URL, which
+        only the console's operator sees next to a playground answer."""
+        return {
+            b.label: redact_url(b.url)
+            for pool in self.gateway.state.pools.values() for b in pool.backends
+        }  # fmt: skip
 
     async def _partial(self, parts: list[str], query: dict[str, list[str]]) -> str:
         if parts == ["fleet"]:

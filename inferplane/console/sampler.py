@@ -228,7 +228,7 @@ class Sampler:
         self, rep: Replica, prev: S.Samples, now: S.Samples, engine_before: S.Samples | None,
         engine: S.Samples | None, dt: float,
     ) -> dict[str, Any]:  # fmt: skip
-        mine = _label("replica", rep.url)
+        mine = _label("replica", rep.name)  # the gateway's metrics name replicas, not URLs
         out: dict[str, Any] = {
             "model": rep.model,
             "state": rep.state,

@@ -20,7 +20,7 @@ import orjson
 
 from inferplane.gateway.accesslog import AccessLog
 from inferplane.gateway.admission import BATCH, INTERACTIVE, QueueFull, QueueTimeout
-from inferplane.gateway.backend import Backend
+from inferplane.gateway.backend import Backend, failure_text
 from inferplane.gateway.config import GatewayConfig, ModelRoute
 from inferplane.gateway.connections import Connections, ConnectionsCollector
 from inferplane.gateway.errors import ClientError, error_body, sse_error_event
@@ -442,7 +442,8 @@ class GatewayApp:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
         except (aiohttp.ClientError, TimeoutError) as exc:
-            message = f"{backend.public} failed to answer {method} {path}: {exc!r}"
+            message = f"{backend.public} failed to answer {method} {path}: "
+            message += failure_text(exc, backend)
             if started:
                 await send({"type": "http.response.body", "body": sse_error_event(502, message)})
             else:
@@ -1117,6 +1118,7 @@ class GatewayApp:
                     "received_at": round(time.time() - total, 6),
                     "model": route.name,
                     "replica": replica,
+                    "replica_url": rec.backend.address if rec.backend is not None else "-",
                     "status": rec.status,
                     "prompt_tokens": rec.prompt_tokens,
                     "completion_tokens": rec.completion_tokens,

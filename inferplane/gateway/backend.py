@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+from inferplane.aio import error_text
 from inferplane.gateway.redact import redact_url
 
 
@@ -30,6 +33,7 @@ class Backend:
     """
 
     __slots__ = (
+        "address",
         "api_key",
         "consecutive_5xx",
         "consecutive_failures",
@@ -39,7 +43,6 @@ class Backend:
         "label",
         "max_concurrency",
         "outstanding",
-        "public",
         "ready",
         "url",
     )
@@ -54,12 +57,12 @@ class Backend:
         name: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        # What logs, metrics and x-inferplane-replica show: a discovered replica's own name
-        # (a Kubernetes pod), else its URL without credentials.
-        self.label = name or redact_url(self.url)
-        # What clients see in error messages: a stable name, not an internal address (the
-        # access log maps a request id to the replica's URL).
-        self.public = "replica-" + hashlib.sha256(self.url.encode()).hexdigest()[:8]
+        # What /metrics, error messages, x-inferplane-replica, usage rows and the access log
+        # call it: the instance (chat-0), the discovered pod, or the endpoint's place in its
+        # model's list (`endpoint_backends`); never its address, which only operators see
+        # (`inferplane status`, the admin-token console, the access log's `replica_url`).
+        self.label = name or "replica-" + hashlib.sha256(self.url.encode()).hexdigest()[:8]
+        self.address = redact_url(self.url)  # the URL without credentials, for operators
         self.ready = ready
         self.max_concurrency = max_concurrency  # None: the model's default cap
         self.api_key = api_key
@@ -70,8 +73,37 @@ class Backend:
         self.health_failures = 0  # /health probes in a row that got no answer (monitor)
         self.engine: EngineLoad | None = None
 
+    @property
+    def public(self) -> str:
+        """The name clients see in error messages: the same as `label`."""
+        return self.label
+
     def __repr__(self) -> str:
         return (
             f"Backend({self.url!r}, ready={self.ready}, outstanding={self.outstanding}, "
             f"ejected={self.ejected})"
         )
+
+
+def endpoint_name(model: str, index: int) -> str:
+    """An `endpoints:` URL's name: its model and its place in the list (`chat-endpoint-0`)."""
+    return f"{model}-endpoint-{index}"
+
+
+def endpoint_backends(model: str, urls: Sequence[str]) -> list[Backend]:
+    """The backends of a model's static `endpoints:` (fleet file, --backend), named by
+    `endpoint_name` so no address reaches a client or `/metrics`."""
+    return [Backend(url, name=endpoint_name(model, i)) for i, url in enumerate(urls)]
+
+
+def failure_text(exc: BaseException, backend: Backend) -> str:
+    """An upstream client's exception as a client may read it: `error_text` (its kind and
+    cause, never the host and port aiohttp writes into it), with anything left that names
+    `backend`'s address replaced by its name (issue 30 item 17)."""
+    text = error_text(exc)
+    netloc = urlsplit(backend.url).netloc.rpartition("@")[2]
+    host = netloc.rpartition(":")[0] or netloc
+    for secret in (backend.url, backend.address, netloc, host):
+        if secret:
+            text = text.replace(secret, backend.label)
+    return text

@@ -22,6 +22,16 @@ next to nginx's equivalent):
 - `drain()` closes idle connections at once, answers 503 to those still sending a request
   head or body, and lets those being answered finish and then close.
 
+On asyncio's own event loop (the runtime of `inferplane up`; `inferplane gateway` runs on
+uvloop, whose libuv accepts one connection per callback and sheds at the limit itself),
+the listening socket is a `Listener`: asyncio accepts up to its server's `backlog`
+connections per loop tick before any of them reaches `connection_made` (where the cap is
+applied), and at EMFILE it goes on trying the rest of that batch, logging and scheduling a
+retry for each (16,009 tracebacks in two seconds). A `Listener` keeps the kernel's queue at
+`LISTEN_BACKLOG` while the server is given `ACCEPT_BATCH` as its backlog, and after one
+EMFILE ends the batch, so the accepts of one tick stay few and a flood waits in the
+kernel's queue, where it costs no descriptor.
+
 Every connection also gets TCP_NODELAY: the gateway writes whole responses, so Nagle's
 algorithm only adds a delayed-ACK wait (~40 ms) to small answers on reused connections.
 
@@ -33,8 +43,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import resource
 import socket
+import time
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -48,6 +60,48 @@ LINGER_S = 2.0  # how long a refused connection may keep sending before it is cl
 MAX_LINGERING = 64  # refused connections waiting out LINGER_S; beyond: closed at once
 _PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
             503: b"Service Unavailable"}  # fmt: skip
+
+
+LISTEN_BACKLOG = 4096  # the kernel's queue of connections not yet accepted
+ACCEPT_BATCH = 32  # connections asyncio accepts per loop tick from a `Listener`
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class Listener(socket.socket):
+    """A listening socket for asyncio's loop (see the module docstring): `listen()` keeps
+    the kernel's queue long whatever backlog the server passes; after an EMFILE, `accept()`
+    says "nothing waiting" for the rest of asyncio's batch (asyncio has already paused the
+    listener for a second and logged the error once)."""
+
+    quiet_until = 0.0  # monotonic time: accept() reports an empty queue until then
+
+    def listen(self, backlog: int = LISTEN_BACKLOG) -> None:
+        super().listen(max(backlog, LISTEN_BACKLOG))
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self.quiet_until and time.monotonic() < self.quiet_until:
+            raise BlockingIOError(errno.EAGAIN, "paused after running out of descriptors")
+        try:
+            return super().accept()
+        except OSError as exc:
+            if exc.errno in _OUT_OF_RESOURCES:
+                self.quiet_until = time.monotonic() + 0.5  # asyncio retries after 1 s
+            raise
+
+
+def listener(host: str, port: int) -> Listener:
+    """A bound, listening, non-blocking `Listener` (SO_REUSEADDR). Serve it with the
+    `uvicorn_config(..., backlog=ACCEPT_BATCH)` of `inferplane.gateway.server`."""
+    sock = Listener(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
 
 
 def raise_nofile_soft_limit() -> int:
@@ -345,11 +399,18 @@ class GuardedProtocol(HttpToolsProtocol):
         `LINGER_S` passes (closing at once would reset it before the client reads)."""
         self.linger_since = self.guard.now
         transport = self.transport
-        transport.write(response)
-        if transport.can_write_eof():
-            transport.write_eof()
-        else:
-            transport.close()
+        try:
+            transport.write(response)
+            if transport.can_write_eof():
+                transport.write_eof()
+            else:
+                transport.close()
+        except OSError:
+            # The client already went (shutdown() says ENOTCONN): raised out of
+            # connection_made this left the socket open for good, and a flood of
+            # connect-and-reset leaked descriptors up to the limit.
+            transport.abort()
+            return
         if not self.counted:  # refused over the cap: not swept, so time it here
             guard = self.guard
             if guard.lingering >= MAX_LINGERING:  # a flood: free the descriptor now

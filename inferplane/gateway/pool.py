@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable, Collection, Sequence
 
 from inferplane.gateway.admission import AdmissionQueue
-from inferplane.gateway.backend import Backend
+from inferplane.gateway.backend import Backend, endpoint_backends
 from inferplane.gateway.config import ModelRoute
 from inferplane.gateway.scorers import (
     EngineMetricsScorer,
@@ -70,7 +70,7 @@ class Pool:
         # depth and wait bounds apply) instead of a 503; `on_held` hears how long it was.
         self.activator: Callable[[], bool] | None = None
         self.on_held: Callable[[float], None] | None = None
-        self.set_backends([Backend(url) for url in route.endpoints])
+        self.set_backends(endpoint_backends(route.name, route.endpoints))
 
     def set_backends(self, backends: Sequence[Backend]) -> None:
         """Replace the replica set. A URL already present keeps its live counters, so
@@ -84,6 +84,7 @@ class Pool:
                 old.max_concurrency = new.max_concurrency
                 old.api_key = new.api_key
                 old.label = new.label  # a new pod may reuse a gone pod's IP
+                old.address = new.address
                 merged.append(old)
             else:
                 merged.append(new)

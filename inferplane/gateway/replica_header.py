@@ -1,7 +1,7 @@
-"""`x-inferplane-replica`: the engine that answered (its URL, or a discovered pod's name:
-`Backend.label`), for whom it is meant.
+"""`x-inferplane-replica`: the replica that answered, by name (`Backend.label`: chat-0, a
+discovered pod, chat-endpoint-0; never its URL), for whom it is meant.
 
-The header names an internal address, so it is off for API clients by default
+It tells clients how the fleet is laid out, so it is off for API clients by default
 (`gateway.expose_replica_header: true` sends it on every response). The console's
 playground still shows it: its page carries `token`, a random value of this gateway process
 that only someone who can open the console sees, and its requests send it back in

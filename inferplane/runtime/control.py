@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferplane.errors import InferplaneError
+from inferplane.runtime.process import rotate_files
 from inferplane.runtime.state import StateDir
 
 if TYPE_CHECKING:  # the runtime pulls in the gateway, uvicorn and the store: import on use
@@ -23,15 +24,16 @@ SETTLED_STATES = ("ready", "failed")
 Progress = Callable[[dict[str, Any]], None]
 
 
-UP_LOG_ROTATE_BYTES = 16 * 2**20  # up.log beyond this is kept as up.log.1 at the next start
+UP_LOG_ROTATE_BYTES = 16 * 2**20  # up.log beyond this becomes up.log.1 (while it runs too)
+UP_LOG_BACKUPS = 3  # up.log.1 .. up.log.3 are kept: at most 64 MiB in all
 
 
 def rotate_up_log(state: StateDir) -> None:
-    """Keep up.log bounded: a log above UP_LOG_ROTATE_BYTES becomes up.log.1 (replacing
-    the older one) before a detached start appends to it."""
+    """Keep up.log bounded: a log above UP_LOG_ROTATE_BYTES is rotated (up.log.1, ...)
+    before a detached start appends to it, so the start's output begins at offset 0."""
     try:
         if state.up_log.stat().st_size > UP_LOG_ROTATE_BYTES:
-            os.replace(state.up_log, state.up_log.with_name(state.up_log.name + ".1"))
+            rotate_files(state.up_log, UP_LOG_BACKUPS)
     except OSError:
         pass
 
@@ -48,27 +50,52 @@ def log_size(state: StateDir) -> int:
 def spawn_detached(
     argv: Sequence[str], state: StateDir, env: Mapping[str, str] | None = None
 ) -> int:
-    """Start `argv` (a foreground `inferplane up`) in its own session, output to up.log;
-    `env`: added to this process's environment."""
+    """Start `argv` (a foreground `inferplane up`) in its own session; its output goes
+    through a pipe to the up.log writer (`inferplane.runtime.uplog`, a session of its own
+    too), which rotates up.log by size while the fleet runs. `env`: added to this process's
+    environment."""
     state.path.mkdir(parents=True, exist_ok=True)
     fd = os.open(state.up_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    os.fchmod(fd, 0o600)  # an older log keeps its mode through O_CREAT
-    with os.fdopen(fd, "ab") as log:
+    os.fchmod(fd, 0o600)  # there at once (the writer takes a moment to start), private
+    os.close(fd)
+    read_end, write_end = os.pipe()
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "inferplane.runtime.uplog", str(state.up_log),
+             str(UP_LOG_ROTATE_BYTES), str(UP_LOG_BACKUPS)],
+            stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+        os.close(read_end)
+        read_end = -1
         proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            list(argv), stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
             env={**os.environ, **env} if env else None,
-        )
+        )  # fmt: skip
+    finally:
+        if read_end != -1:
+            os.close(read_end)
+        os.close(write_end)
     return proc.pid
 
 
 def _log_since(state: StateDir, offset: int) -> str:
+    """up.log from `offset` on; when it was rotated since (it is shorter than `offset`),
+    the rest of up.log.1 from there, then all of up.log."""
+    parts = []
     try:
+        if state.up_log.stat().st_size < offset:
+            with open(state.up_log.with_name(state.up_log.name + ".1"), "rb") as older:
+                older.seek(offset)
+                parts.append(older.read())
+            offset = 0
         with open(state.up_log, "rb") as log:
             log.seek(offset)
-            return log.read().decode(errors="replace")
+            parts.append(log.read())
     except OSError:
-        return ""
+        pass
+    return b"".join(parts).decode(errors="replace")
 
 
 def start_failure(state: StateDir, offset: int, lines: int = 15) -> InferplaneError:

@@ -59,14 +59,7 @@ class RotatingLog:
 
     def _rotate(self) -> None:
         self._file.close()
-        for n in range(self.backups - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{n}")
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{self.path.name}.{n + 1}"))
-        if self.backups > 0:
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        else:
-            self.path.unlink(missing_ok=True)
+        rotate_files(self.path, self.backups)
         self._file = _open_private(self.path)
         self._size = 0
 
@@ -92,6 +85,19 @@ class RotatingLog:
         self._file.close()
 
 
+def rotate_files(path: Path, backups: int) -> None:
+    """`path` becomes `path.1`, `path.1` becomes `path.2`, ... keeping `backups` old files
+    (none: `path` is removed)."""
+    for n in range(backups - 1, 0, -1):
+        older = path.with_name(f"{path.name}.{n}")
+        if older.exists():
+            os.replace(older, path.with_name(f"{path.name}.{n + 1}"))
+    if backups > 0:
+        os.replace(path, path.with_name(f"{path.name}.1"))
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _reopen(old: TextIO, path: Path) -> TextIO:
     """A fresh handle after a failed write (its buffer may hold the unwritten text)."""
     with contextlib.suppress(OSError):
@@ -103,6 +109,8 @@ def _open_private(path: Path) -> TextIO:
     """Append to `path`, created readable by its owner only (0600): logs may hold prompts
     an engine echoes, paths and tokens."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
     return os.fdopen(fd, "a", encoding="utf-8")
 
 

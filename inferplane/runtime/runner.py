@@ -33,6 +33,7 @@ import uvicorn
 
 from inferplane.errors import InferplaneError
 from inferplane.gateway import Backend, GatewayApp, build_app
+from inferplane.gateway.connections import ACCEPT_BATCH, listener
 from inferplane.gateway.fleet import gateway_config_from_fleet
 from inferplane.gateway.server import uvicorn_config
 from inferplane.gpus.nvml import NvmlApi
@@ -153,21 +154,17 @@ class _GatewayServer(uvicorn.Server):
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    """The gateway's listening socket: a `Listener`, as the runtime serves it on asyncio's
+    loop (few accepts per tick, one error at the descriptor limit; connections.py)."""
     try:
-        sock.bind((host, port))
+        return listener(host, port)
     except OSError as exc:
-        sock.close()
         raise InferplaneError(
             f"the gateway cannot listen on {host}:{port}: {exc.strerror}",
             field="gateway.port",
             value=port,
             fix="stop what uses that port, or set gateway.port (or --gateway-port) to another",
         ) from exc
-    sock.listen(4096)
-    sock.setblocking(False)
-    return sock
 
 
 class Runtime:
@@ -229,7 +226,7 @@ class Runtime:
         self.backends: dict[str, list[Backend]] = {}
         self._by_instance: dict[str, Backend] = {}
         for inst in self.instances:
-            backend = Backend(inst.url, ready=False)
+            backend = Backend(inst.url, ready=False, name=inst.name)
             self.backends.setdefault(inst.model, []).append(backend)
             self._by_instance[inst.name] = backend
         self.supervisor = Supervisor(
@@ -302,8 +299,9 @@ class Runtime:
             # The same server settings as `inferplane gateway`: httptools with the
             # connection bounds (timeouts, head size, cap, TCP_NODELAY on every socket).
             config = uvicorn_config(
-                self.gate, host, port, self.gateway.connections, timeout_graceful_shutdown=5
-            )
+                self.gate, host, port, self.gateway.connections, timeout_graceful_shutdown=5,
+                backlog=ACCEPT_BATCH,  # asyncio's accepts per tick; the kernel queue stays
+            )  # fmt: skip
             # after uvicorn's logging config (it replaces the handlers of its loggers)
             self._gateway_log = _open_gateway_log(self.state_dir.log_dir / "gateway.log")
             from inferplane.gateway import logfilter
@@ -557,7 +555,7 @@ class Runtime:
             )
         else:
             inst = await self._place(model, candidates, make_room)
-        backend = Backend(inst.url, ready=False)
+        backend = Backend(inst.url, ready=False, name=inst.name)
         self.backends.setdefault(model, []).append(backend)
         self._by_instance[inst.name] = backend
         self.gateway.state.set_backends(model, self.backends[model])

@@ -44,7 +44,7 @@ from typing import Literal
 
 import aiohttp
 
-from inferplane.aio import cancel_and_wait
+from inferplane.aio import cancel_and_wait, error_text
 from inferplane.engines import Endpoints, engine_for
 from inferplane.errors import InferplaneError
 from inferplane.runtime.instances import Instance
@@ -168,7 +168,7 @@ async def probe_ready(
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         if _local_exhaustion(exc):
             raise CannotCheck(f"{type(exc).__name__}: {exc}") from exc
-        return f"{type(exc).__name__}: {exc}"
+        return error_text(exc)  # no address: restart reasons reach clients
     names = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
     if inst.served_name not in names:
         return f"/v1/models lists {names}, not the served name {inst.served_name!r} (P36)"
@@ -190,7 +190,7 @@ async def probe_live(
     except (aiohttp.ClientError, OSError) as exc:
         if _local_exhaustion(exc):
             raise CannotCheck(f"{type(exc).__name__}: {exc}") from exc
-        return f"{type(exc).__name__}: {exc}"
+        return error_text(exc)  # no address: restart reasons reach clients (issue 30.17)
 
 
 class Supervisor:

@@ -100,8 +100,9 @@ class GatewaySpec(SpecModel):
     console_allowed_hosts: list[Annotated[StrictStr, Field(min_length=1)]] = Field(
         default_factory=list
     )
-    # x-inferplane-replica (the URL of the engine that answered) on every response: off by
-    # default, as it tells clients internal addresses; the console asks for it on its own.
+    # x-inferplane-replica (the name of the replica that answered: chat-0, a pod) on every
+    # response: off by default (it tells clients the fleet's layout); the console asks for
+    # it on its own.
     expose_replica_header: StrictBool = False
     # The gateway's container image for `inferplane render` (--gateway-image overrides it);
     # default: what this checkout's Dockerfile builds (docs/deploy.md).

@@ -157,11 +157,12 @@
     }
 
     function route(resp) {
-      const url = resp.headers.get("x-inferplane-replica") || "-";
+      // The header names the replica (chat-0); its engine URL comes from the page.
+      const name = resp.headers.get("x-inferplane-replica") || "-";
       return [
         ["pg-status", "status", String(resp.status)],
-        ["pg-replica", "replica", url],
-        ["pg-instance", "instance", replicas[url] || "-"],
+        ["pg-replica", "replica", replicas[name] || "-"],
+        ["pg-instance", "instance", name],
         ["pg-request-id", "request id", resp.headers.get("x-request-id") || "-"],
       ];
     }

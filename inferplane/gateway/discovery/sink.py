@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferplane.gateway.backend import Backend
+from inferplane.gateway.backend import Backend, endpoint_backends
 from inferplane.gateway.discovery import Snapshot
 from inferplane.gateway.state import GatewayState
 
@@ -21,7 +21,7 @@ class StateSink:
         for model, replicas in snapshot.items():
             if model not in self.state.pools:
                 continue
-            backends = [Backend(url) for url in self.static[model]]
+            backends = endpoint_backends(model, self.static[model])
             seen = {b.url for b in backends}
             for r in replicas:
                 url = r.url.rstrip("/")
