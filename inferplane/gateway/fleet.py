@@ -14,6 +14,7 @@ from inferplane.gateway.config import (
     WeightedRoute,
     WeightedTarget,
 )
+from inferplane.gateway.lora import AdapterRoute
 from inferplane.gateway.tracing import TracingConfig
 from inferplane.planner.plan import Plan
 from inferplane.spec import FleetSpec, ModelSpec
@@ -72,6 +73,10 @@ def model_route(
         admission=Admission(
             max_queue_depth=model.routing.max_queue_depth,
             max_queue_wait_s=model.routing.max_queue_wait_s,
+        ),
+        adapters=tuple(
+            AdapterRoute(a.name, model.name, a.source, tuple(a.aliases))
+            for a in (model.lora.adapters if model.lora is not None else ())
         ),
     )
 

@@ -19,6 +19,7 @@ def reference_issues(fleet: FleetSpec) -> list[Issue]:
     issues: list[Issue] = []
     issues += _unique_names(fleet)
     issues += _aliases(fleet)
+    issues += _adapter_names(fleet)
     issues += _placement(fleet)
     issues += _pipeline(fleet)
     issues += _routes(fleet)
@@ -209,8 +210,35 @@ def _pipeline(fleet: FleetSpec) -> list[Issue]:
     return issues
 
 
+def _adapter_names(fleet: FleetSpec) -> list[Issue]:
+    """An adapter's names are client-facing names too: none may be a model's, an alias's or
+    another model's adapter's (within one model spec/lora.py checks already)."""
+    owner: dict[str, str] = {}
+    for model in fleet.models:
+        for name in (model.name, *model.aliases):
+            owner.setdefault(name, f"model {model.name!r}")
+    issues: list[Issue] = []
+    for index, model in enumerate(fleet.models):
+        if model.lora is None:
+            continue
+        for position, adapter in enumerate(model.lora.adapters):
+            for name in adapter.client_names:
+                if name in owner and owner[name] != f"an adapter of {model.name!r}":
+                    issues.append(Issue(
+                        ("models", index, "lora", "adapters", position, "name"),
+                        f"adapter name is already used by {owner[name]}", name,
+                        "give every model, alias and adapter a unique name",
+                    ))
+                owner.setdefault(name, f"an adapter of {model.name!r}")
+    return issues
+
+
 def _routes(fleet: FleetSpec) -> list[Issue]:
     by_name = {model.name: model for model in fleet.models}
+    # A route may split an adapter's traffic over adapters (canary between fine-tunes);
+    # an adapter serves its base model's task.
+    by_name.update({adapter.name: model for model in fleet.models if model.lora is not None
+                    for adapter in model.lora.adapters})
     alias_owner = {alias: m.name for m in fleet.models for alias in m.aliases}
     issues: list[Issue] = []
     routed: dict[str, int] = {}
