@@ -32,6 +32,7 @@ from inferplane.planner import explain, fixes
 from inferplane.planner.advice import model_notes
 from inferplane.planner.colocation import CardShare, share_cards
 from inferplane.planner.greedy import allowed_nodes, place_greedy
+from inferplane.planner.lora import lora_args
 from inferplane.planner.placement import Choice, Item, Placement, Slot
 from inferplane.planner.plan import (
     InstanceMemory,
@@ -448,14 +449,16 @@ def plan_instance(
         enforce_eager=model.enforce_eager,
         task=model.task,
         cudagraph_capture_sizes=shape.capture_sizes,
+        lora=lora_args(model),
         extra_args=model.extra_args,
     )
     launches = VLLM.launches(args, version=fleet.engine.version, spans_nodes=choice.spans_nodes,
                              master_port=ports.master, ray_port=ports.ray)
     argvs = [list(launch.argv) for launch in launches]
     envs = [
-        {**fleet.engine.extra_env, **model.env, **placement_env(group, fleet, choice.spans_nodes)}
-        for group in rank_slots
+        {**launch.env, **fleet.engine.extra_env, **model.env,
+         **placement_env(group, fleet, choice.spans_nodes)}
+        for launch, group in zip(launches, rank_slots, strict=True)
     ]
     ranks: list[PlanRank] = []
     if choice.spans_nodes:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from inferplane.engines.vllm import VllmArgs
 from inferplane.engines.vllm import cpu as vllm_cpu
+from inferplane.engines.vllm.lora import lora_env
 from inferplane.errors import InferplaneError
 from inferplane.estimator.kv_cache import KvLayout, kv_dtype_bytes, kv_layout
 from inferplane.estimator.kv_cache import max_model_len_that_fits as longest_that_fits
@@ -37,6 +38,7 @@ from inferplane.gpus.cpu_host import CpuHost, discover_cpu_host
 from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
 from inferplane.models.profile import ModelProfile
+from inferplane.planner.lora import lora_args
 from inferplane.planner.plan import (
     InstanceMemory,
     Plan,
@@ -435,10 +437,12 @@ def cpu_instance(fleet: FleetSpec, sizing: Sizing, unit: Unit, max_model_len: in
         max_num_seqs=sizing.max_num_seqs, max_num_batched_tokens=sizing.max_num_batched_tokens,
         dtype=model.dtype, quantization=model.quantization,
         kv_cache_dtype=model.kv_cache_dtype, kv_cache_memory_bytes=unit.kv_bytes,
-        enforce_eager=eager, task=model.task, extra_args=model.extra_args,
+        enforce_eager=eager, task=model.task, lora=lora_args(model),
+        extra_args=model.extra_args,
     )
     argv = vllm_cpu.serve_argv(args, version=fleet.engine.version)
-    env = vllm_cpu.engine_env(unit.cores, {**fleet.engine.extra_env, **model.env})
+    env = vllm_cpu.engine_env(
+        unit.cores, {**lora_env(args.lora), **fleet.engine.extra_env, **model.env})
     one = sizing.one_sequence(max_model_len)
     page = sizing.layout.page_bytes * sizing.layout.group_size
     blocks = unit.kv_bytes // page if page else 0
