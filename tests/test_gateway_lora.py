@@ -14,7 +14,6 @@ import pytest
 from test_gateway_fakes import Harness, async_http_client, harness, http  # noqa: F401
 
 from inferplane.gateway import GatewayConfig, ModelRoute, WeightedRoute, WeightedTarget
-from inferplane.gateway.app import GatewayApp
 from inferplane.gateway.config import Admission
 from inferplane.gateway.lora import AdapterRoute
 from inferplane.sim.config import SimEngineConfig
