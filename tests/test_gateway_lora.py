@@ -171,3 +171,17 @@ def test_weighted_route_splits_between_adapters(fleet: Fleet) -> None:
     assert sorted(answered) == ["sql", "sql", "support", "support"]
     metrics = http.get(fleet.url + "/metrics").text
     assert 'model="support"' in metrics  # counted under the adapter's name
+
+
+def test_affinity_prefers_warm_then_held_within_the_load_bound() -> None:
+    from inferplane.gateway import Backend
+    from inferplane.gateway.lora import AdapterAffinity
+    from inferplane.gateway.scorers import RouteContext
+
+    a, b, c = Backend("http://a"), Backend("http://b"), Backend("http://c")
+    ctx = RouteContext(holders=frozenset({b.url, c.url}), warm=frozenset({c.url}))
+    scorer = AdapterAffinity()
+    assert scorer.score([a, b, c], ctx) == [0.0, 0.5, 1.0]
+    c.outstanding = 4  # far above the average: spill to the other holder
+    assert scorer.score([a, b, c], ctx) == [0.0, 0.5, 0.0]
+    assert scorer.score([a, b, c], RouteContext()) == [0.0, 0.0, 0.0]  # not an adapter

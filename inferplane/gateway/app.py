@@ -613,6 +613,7 @@ class GatewayApp:
             _header(scope, pool.session_header) if pool.uses_session else None,
             t0,
             self.adapters.holders(adapter.name) if adapter is not None else None,
+            self.adapters.warm(adapter.name) if adapter is not None else None,
         )
         rec = _Record()
         rec.keeps_response = path == RESPONSES_PATH and stores_response(data)
@@ -770,10 +771,11 @@ class GatewayApp:
     ) -> bool:
         """Make sure the chosen replica holds the adapter (loading it there, bounded by
         the model's queue wait); else answer 503 and say why."""
-        assert rec.backend is not None
+        backend = rec.backend
+        assert backend is not None
         try:
-            await self.adapters.ensure(rec.backend, adapter,
-                                       pool.route.admission.max_queue_wait_s)
+            await self.adapters.ensure(backend, adapter, pool.route.admission.max_queue_wait_s)
+            self.adapters.served(backend.url, adapter.name, pool.route.adapter_cache_slots)
             return True
         except AdapterLoadError as exc:
             rec.status = 503

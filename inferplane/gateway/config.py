@@ -164,6 +164,7 @@ class ModelRoute:
     # request goes wherever the other scorers send it (benchmarks/lora_affinity.py).
     adapters: tuple[AdapterRoute, ...] = ()
     adapter_affinity: bool = True
+    adapter_cache_slots: int = 1  # adapters an engine keeps in host memory (max_cpu_loras)
 
     def __post_init__(self) -> None:
         for scorer in self.scorers:

@@ -78,6 +78,7 @@ def model_route(
             AdapterRoute(a.name, model.name, a.source, tuple(a.aliases))
             for a in (model.lora.adapters if model.lora is not None else ())
         ),
+        adapter_cache_slots=model.lora.cpu_slots if model.lora is not None else 1,
     )
 
 

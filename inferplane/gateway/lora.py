@@ -4,17 +4,20 @@ bounded load on demand.
 A request whose `model` is an adapter (or one of its aliases) goes to a replica of the
 adapter's base model. Replicas that already hold the adapter are preferred (the
 `AdapterAffinity` scorer, bounded so one hot adapter spills to a second replica instead of
-queueing on one); when the chosen replica does not hold it, the gateway loads it there
-(`POST /v1/load_lora_adapter`, vLLM's run-time loading) and the request waits for that, at
-most the model's `max_queue_wait_s`. Concurrent first requests share one load per
-replica. What each replica holds is learnt from load results and from its `/v1/models`
-(cards with a `parent`), re-read every health interval: an engine restart loses adapters
-loaded at run time, and the next read shows it.
+queueing on one), most those that served it among their last `max_cpu_loras` adapters: vLLM
+keeps only that many in host memory and reads an evicted one from disk again before the
+request runs, however many it lists in /v1/models. When the chosen replica does not
+hold it, the gateway loads it there (`POST /v1/load_lora_adapter`, vLLM's run-time
+loading) and the request waits for that, at most the model's `max_queue_wait_s`.
+Concurrent first requests share one load per replica. What each replica holds is learnt
+from load results and from its `/v1/models` (cards with a `parent`), re-read every health
+interval: an engine restart loses adapters loaded at run time, and the next read shows it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -57,8 +60,9 @@ class AdapterRoute:
 
 
 class AdapterAffinity:
-    """Prefer replicas that hold (or are loading) the requested adapter, while their load
-    stays within `HOLDER_LOAD_FACTOR` x the average; a request without one scores 0."""
+    """Prefer replicas that served the requested adapter lately (1.0: likely still in their
+    host-memory cache, or loading it now), then those merely holding it (0.5), while their
+    load stays within `HOLDER_LOAD_FACTOR` x the average; a request without one scores 0."""
 
     def __init__(self, weight: float = 5.0) -> None:
         self.weight = weight
@@ -67,9 +71,14 @@ class AdapterAffinity:
         holders = ctx.holders
         if holders is None:
             return [0.0] * len(candidates)
+        warm = ctx.warm or frozenset()
         total = sum(b.outstanding for b in candidates)
         cap = max(1.0, HOLDER_LOAD_FACTOR * (total + 1) / len(candidates))
-        return [1.0 if b.url in holders and b.outstanding < cap else 0.0 for b in candidates]
+        return [
+            0.0 if b.outstanding >= cap else 1.0 if b.url in warm else
+            0.5 if b.url in holders else 0.0
+            for b in candidates
+        ]
 
 
 class AdapterLoadError(Exception):
@@ -87,6 +96,8 @@ class AdapterHoldings:
         self._held: dict[str, set[str]] = {}  # replica URL -> adapter names it serves
         self._loading: dict[tuple[str, str], asyncio.Task[str | None]] = {}
         self._loaded_at: dict[tuple[str, str], float] = {}
+        # replica URL -> the adapters it served last, newest last (its host-memory cache)
+        self._warm: dict[str, OrderedDict[str, None]] = {}
         self._task: asyncio.Task[None] | None = None
         self.loads = 0  # loads the gateway asked for (benchmarks, tests)
         self.load_failures = 0
@@ -102,6 +113,20 @@ class AdapterHoldings:
         found.update(url for url, adapter in self._loading if adapter == name)
         return frozenset(found)
 
+    def warm(self, name: str) -> frozenset[str]:
+        """Replica URLs that served `name` among their last adapters, or are loading it."""
+        found = {url for url, recent in self._warm.items() if name in recent}
+        found.update(url for url, adapter in self._loading if adapter == name)
+        return frozenset(found)
+
+    def served(self, url: str, name: str, slots: int) -> None:
+        """`url` runs a request with `name`: it is in its cache of `slots` adapters now."""
+        recent = self._warm.setdefault(url, OrderedDict())
+        recent[name] = None
+        recent.move_to_end(name)
+        while len(recent) > slots:
+            recent.popitem(last=False)
+
     def table(self) -> dict[str, list[str]]:
         """Replica URL -> adapters it holds, sorted (status, tests)."""
         return {url: sorted(names) for url, names in self._held.items()}
@@ -115,9 +140,13 @@ class AdapterHoldings:
         if since is not None:
             held.update(a for (u, a), at in self._loaded_at.items() if u == url and at > since)
         self._held[url] = held
+        recent = self._warm.get(url)
+        for name in [n for n in recent or () if n not in held]:  # lost (engine restarted)
+            del recent[name]  # type: ignore[union-attr]
 
     def forget(self, url: str) -> None:
         self._held.pop(url, None)
+        self._warm.pop(url, None)
 
     async def read(self, backend: Backend) -> None:
         """Re-read one replica's adapters from its /v1/models (cards with a parent)."""
