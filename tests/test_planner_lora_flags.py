@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lora_adapters import make_adapter
 from planner_fleets import fleet
 
 from inferplane.engines.vllm.lora import RUNTIME_LORA_ENV
@@ -12,6 +13,8 @@ from inferplane.planner import plan_fleet
 
 
 def _fleet(adapters: Path, extra: str = "") -> str:
+    for name in ("sql", "support"):
+        make_adapter(adapters / name, "meta-llama--Llama-3.1-8B-Instruct")
     return f"""
 gpus:
   nodes: [{{name: a, gpu_type: H100-SXM-80GB, count: 1}}]

@@ -19,7 +19,7 @@ def reference_issues(fleet: FleetSpec) -> list[Issue]:
     issues: list[Issue] = []
     issues += _unique_names(fleet)
     issues += _aliases(fleet)
-    issues += _adapter_names(fleet)
+    issues += _lora_names(fleet)
     issues += _placement(fleet)
     issues += _pipeline(fleet)
     issues += _routes(fleet)
@@ -66,6 +66,36 @@ def _aliases(fleet: FleetSpec) -> list[Issue]:
                 )
             else:
                 owner[alias] = model.name
+    return issues
+
+
+def _lora_names(fleet: FleetSpec) -> list[Issue]:
+    """A request's `model` picks a model or an adapter: every name means one thing."""
+    models = {n: m.name for m in fleet.models for n in (m.name, *m.aliases)}
+    owner: dict[str, str] = {}
+    issues: list[Issue] = []
+    for index, model in enumerate(fleet.models):
+        if model.lora is None:
+            continue
+        for position, adapter in enumerate(model.lora.adapters):
+            names = [("name", adapter.name)] + [
+                (("aliases", i), alias) for i, alias in enumerate(adapter.aliases)]
+            for where, name in names:
+                loc = ("models", index, "lora", "adapters", position,
+                       *(where if isinstance(where, tuple) else (where,)))
+                if name in models:
+                    issues.append(Issue(
+                        loc, f"adapter name is a name of model {models[name]!r}", name,
+                        "give the adapter its own name: clients pick an adapter or a model "
+                        "by it",
+                    ))
+                elif name in owner and owner[name] != model.name:
+                    issues.append(Issue(
+                        loc, f"adapter name is already used by an adapter of model "
+                        f"{owner[name]!r}", name, "give every adapter a unique name",
+                    ))
+                else:
+                    owner.setdefault(name, model.name)
     return issues
 
 
@@ -207,29 +237,6 @@ def _pipeline(fleet: FleetSpec) -> list[Issue]:
             "add nodes of that GPU type to gpus.nodes, or lower pipeline_parallel_size"
             + (f" to {have}" if have > 1 else " to 1"),
         ))
-    return issues
-
-
-def _adapter_names(fleet: FleetSpec) -> list[Issue]:
-    """An adapter's names are client-facing names too: none may be a model's, an alias's or
-    another model's adapter's (within one model spec/lora.py checks already)."""
-    owner: dict[str, str] = {}
-    for model in fleet.models:
-        for name in (model.name, *model.aliases):
-            owner.setdefault(name, f"model {model.name!r}")
-    issues: list[Issue] = []
-    for index, model in enumerate(fleet.models):
-        if model.lora is None:
-            continue
-        for position, adapter in enumerate(model.lora.adapters):
-            for name in adapter.client_names:
-                if name in owner and owner[name] != f"an adapter of {model.name!r}":
-                    issues.append(Issue(
-                        ("models", index, "lora", "adapters", position, "name"),
-                        f"adapter name is already used by {owner[name]}", name,
-                        "give every model, alias and adapter a unique name",
-                    ))
-                owner.setdefault(name, f"an adapter of {model.name!r}")
     return issues
 
 
