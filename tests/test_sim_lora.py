@@ -168,3 +168,14 @@ def test_evicted_adapter_is_read_again_once(adapters: Path) -> None:
             await handle.stop()
 
     assert asyncio.run(run()) == (1, 3)
+
+
+def test_lora_slots_come_out_of_the_kv_cache() -> None:
+    from inferplane.sim.build import build_parts
+
+    plain = build_parts(SimEngineConfig(model="base", max_model_len=2048))
+    lora = build_parts(SimEngineConfig(model="base", max_model_len=2048,
+                                       lora=lora_config(True, max_loras=4, max_lora_rank=64)))
+    assert lora.memory.lora_gib > 0
+    assert lora.memory.num_gpu_blocks < plain.memory.num_gpu_blocks
+    assert lora.memory.kv_cache_gib < plain.memory.kv_cache_gib - lora.memory.lora_gib * 0.99
