@@ -185,3 +185,19 @@ def test_affinity_prefers_warm_then_held_within_the_load_bound() -> None:
     c.outstanding = 4  # far above the average: spill to the other holder
     assert scorer.score([a, b, c], ctx) == [0.0, 0.5, 0.0]
     assert scorer.score([a, b, c], RouteContext()) == [0.0, 0.0, 0.0]  # not an adapter
+
+
+def test_admin_routes_may_split_between_adapters() -> None:
+    from inferplane.gateway.state import GatewayState
+    from inferplane.tenancy.admin import BadInput
+    from inferplane.tenancy.admin_checks import check_route_targets
+
+    adapters = (AdapterRoute("sql", "base", "/a/sql"), AdapterRoute("support", "base", "/a/s"))
+    state = GatewayState(GatewayConfig(models=(ModelRoute("base", adapters=adapters),)))
+    check_route_targets(state, [("sql", 90), ("support", 10)])
+    state.set_weights("assistant", [WeightedTarget("sql", 1), WeightedTarget("support", 1)])
+    picked = [state.pick("assistant") for _ in range(2)]
+    assert sorted(p[1].name for p in picked if p is not None and p[1] is not None) == [
+        "sql", "support"]
+    with pytest.raises(BadInput, match="models and adapters: base, sql, support"):
+        check_route_targets(state, [("nope", 1)])
