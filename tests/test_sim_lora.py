@@ -179,3 +179,14 @@ def test_lora_slots_come_out_of_the_kv_cache() -> None:
     assert lora.memory.lora_gib > 0
     assert lora.memory.num_gpu_blocks < plain.memory.num_gpu_blocks
     assert lora.memory.kv_cache_gib < plain.memory.kv_cache_gib - lora.memory.lora_gib * 0.99
+
+
+def test_sim_fleet_file_takes_a_lora_block() -> None:
+    from inferplane.cli.sim import _engine_from_mapping
+
+    config = _engine_from_mapping(
+        {"model": "m", "lora": {"max_loras": 2, "modules": ["a=/x/a"], "runtime_updates": True}},
+        "f.yaml: engines[0]")
+    assert config.lora is not None and config.lora.modules == (("a", "/x/a"),)
+    with pytest.raises(InferplaneError, match="not a LoRA block"):
+        _engine_from_mapping({"model": "m", "lora": {"slots": 2}}, "f.yaml: engines[0]")
