@@ -56,6 +56,7 @@ models:
     replicas: 2
     max_model_len: 4096
     max_num_seqs: 16
+    gpu_memory_utilization: 0.9
     lora:
       max_loras: 2
       max_lora_rank: 16
@@ -67,8 +68,18 @@ models:
 
 
 def test_plan_starts_engines_with_the_lora_flags(tmp_path: Path) -> None:
-    plan = plan_fleet(load_fleet(lora_fleet(tmp_path)))
+    fleet_file = lora_fleet(tmp_path)
+    plan = plan_fleet(load_fleet(fleet_file))
+    plain = tmp_path / "plain.yaml"  # the same fleet without LoRA
+    plain.write_text(fleet_file.read_text().split("    lora:")[0])
+    without = plan_fleet(load_fleet(plain))
     assert len(plan.instances) == 2
+    for inst, base in zip(plan.instances, without.instances, strict=True):
+        lora = inst.memory.lora_gib
+        # at one utilization the KV cache gives up the computed reservation (and the LoRA
+        # kernels' small shrink buffer in the profile run)
+        assert lora > 0
+        assert abs(base.memory.kv_cache_gib - inst.memory.kv_cache_gib - lora) < 0.01
     for inst in plan.instances:
         argv = list(inst.argv)
         assert "--enable-lora" in argv
