@@ -201,3 +201,40 @@ def test_admin_routes_may_split_between_adapters() -> None:
         "sql", "support"]
     with pytest.raises(BadInput, match="models and adapters: base, sql, support"):
         check_route_targets(state, [("nope", 1)])
+
+
+def test_a_retry_goes_only_to_a_replica_holding_the_adapter(
+    harness: Harness, tmp_path: Path,  # noqa: F811
+) -> None:
+    from inferplane.sim.config import FaultConfig
+
+    path = _adapter(tmp_path, "x")
+    lora = lora_config(True, modules=[f"x={path}"], load_time_s=0.0, env=RUNTIME)
+    bare = lora_config(True, load_time_s=0.0, env=RUNTIME)
+    configs = [  # replica 0 holds x and fails every request; 1 and 2 differ in holding it
+        SimEngineConfig(model="b", max_model_len=1024, lora=lora,
+                        faults=FaultConfig(fail_rate=1.0)),
+        SimEngineConfig(model="b", max_model_len=1024, lora=bare),
+        SimEngineConfig(model="b", max_model_len=1024, lora=lora),
+    ]
+    handles = [harness.run(start_engine(c)) for c in configs]
+    try:
+        def gateway(urls: tuple[str, ...]) -> tuple[object, str]:
+            config = GatewayConfig(models=(ModelRoute(
+                "b", endpoints=urls, adapters=(AdapterRoute("x", "b", path),), retries=1,
+                eject_after_5xx=100),), access_log=False, expose_replica_header=True)
+            app, url = harness.gateway(config)
+            harness.run(app.adapters.read_all())
+            app.adapters.served(handles[0].url, "x", 1)  # replica 0 is tried first
+            return app, url
+
+        app, url = gateway((handles[0].url, handles[1].url))
+        reply = chat(url, "x")  # nowhere else holds x: the first replica's 500 stands
+        assert reply.status_code == 500 and app.adapters.loads == 0  # type: ignore[attr-defined]
+        _, url = gateway((handles[0].url, handles[1].url, handles[2].url))
+        reply = chat(url, "x")
+        assert reply.status_code == 200 and reply.json()["model"] == "x"
+        assert reply.headers["x-inferplane-replica"] == handles[2].url
+    finally:
+        for handle in handles:
+            harness.run(handle.stop())

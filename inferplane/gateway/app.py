@@ -105,6 +105,7 @@ class _Record:
     """What one request did; filled in as it goes so a cancelled request still logs."""
 
     __slots__ = (
+        "adapter",
         "admitted_s",
         "backend",
         "completion_tokens",
@@ -130,6 +131,7 @@ class _Record:
 
     def __init__(self) -> None:
         self.backend: Backend | None = None
+        self.adapter: str | None = None  # the LoRA adapter it runs with (its engine name)
         self.headers: Sequence[tuple[bytes, bytes]] = ()  # tenancy's x-ratelimit-* headers
         self.key_id: str | None = None  # the API key that made the request (tenancy)
         self.keeps_response = False  # a /v1/responses call vLLM stores: remember its id
@@ -776,6 +778,7 @@ class GatewayApp:
         try:
             await self.adapters.ensure(backend, adapter, pool.route.admission.max_queue_wait_s)
             self.adapters.served(backend.url, adapter.name, pool.route.adapter_cache_slots)
+            rec.adapter = adapter.name
             return True
         except AdapterLoadError as exc:
             rec.status = 503
@@ -880,7 +883,16 @@ class GatewayApp:
                     if failure is None:
                         break
                     tried.append(backend)
-                    nxt = pool.try_acquire(RouteContext(now=loop.time()), exclude=tried)
+                    retry_ctx = RouteContext(now=loop.time())
+                    if rec.adapter is not None:  # prefer the others holding its adapter
+                        retry_ctx.holders = self.adapters.holders(rec.adapter)
+                        retry_ctx.warm = self.adapters.warm(rec.adapter)
+                    nxt = pool.try_acquire(retry_ctx, exclude=tried)
+                    if nxt is not None and rec.adapter is not None and not (
+                        self.adapters.holds(nxt.url, rec.adapter)
+                    ):  # a LoRA request is retried only where its adapter is loaded
+                        pool.release(nxt)
+                        nxt = None
                     if nxt is None or len(tried) > route.retries:
                         if nxt is not None:
                             pool.release(nxt)
