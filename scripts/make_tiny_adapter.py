@@ -9,10 +9,11 @@ with the tensor names and shapes vLLM's PEFT loader expects for a Llama/Qwen-sty
     base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_A.weight  [r, in]
     base_model.model.model.layers.{i}.mlp.{gate,up,down}_proj.lora_B.weight  [out, r]
 
-The sizes come from the base's config.json; weights are seeded random bf16 numbers (lora_B
-too, unlike PEFT's zero init, so the adapter visibly changes the output). A rebuild with the
-same arguments writes the same bytes. The directory is written next to OUTDIR and renamed
-into place, so a reader never sees half an adapter. Prints OUTDIR.
+The sizes come from the base's config.json; weights are seeded random bf16 numbers with
+standard deviation 0.1 (lora_B too, unlike PEFT's zero init: on a tiny base whose own weights
+are ~0.02 the adapter's delta dominates, so its greedy output differs from the base's).
+A rebuild with the same arguments writes the same bytes. The directory is written next to
+OUTDIR and renamed into place, so a reader never sees half an adapter. Prints OUTDIR.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 DEFAULT_TARGETS = ATTENTION + MLP
 PREFIX = "base_model.model.model.layers"
+STD = 0.1
 
 
 def module_shapes(config: dict[str, Any]) -> dict[str, tuple[int, int]]:
@@ -83,7 +85,7 @@ def safetensors_bytes(shapes: dict[str, tuple[int, int]], seed: int, *,
     offset = 0
     for name, shape in shapes.items():
         count = shape[0] * shape[1]
-        blob = bytes(2 * count) if zeros else _bf16([rng.gauss(0.0, 0.02) for _ in range(count)])
+        blob = bytes(2 * count) if zeros else _bf16([rng.gauss(0.0, STD) for _ in range(count)])
         header[name] = {"dtype": "BF16", "shape": list(shape),
                         "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)

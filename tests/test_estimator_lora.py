@@ -132,3 +132,22 @@ def test_unmodelled_architectures_are_refused_with_the_field() -> None:
     with pytest.raises(InferplaneError, match="multi-head latent attention") as caught:
         wrapped_modules(mla, 8)
     assert caught.value.field == "lora"
+
+
+def test_estimate_prints_the_lora_line_and_refuses_odd_ranks() -> None:
+    from typer.testing import CliRunner
+
+    from inferplane.cli.main import _register_commands, app
+
+    _register_commands()
+    model = MODELS + "meta-llama--Llama-3.1-8B-Instruct"
+    shown = CliRunner().invoke(app, ["estimate", model, "--gpu", "H100-SXM-80GB",
+                                     "--max-model-len", "8192", "--max-loras", "4",
+                                     "--max-lora-rank", "64"], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    assert "LoRA adapter slots" in shown.output and "1.38 GiB" in shown.output
+    odd = CliRunner().invoke(app, ["estimate", model, "--gpu", "H100-SXM-80GB",
+                                   "--max-lora-rank", "7"])
+    # the CLI's entry point turns this into exit 2 with the message (cli/main.py)
+    assert isinstance(odd.exception, InferplaneError)
+    assert odd.exception.field == "--max-lora-rank"
