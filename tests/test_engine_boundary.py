@@ -82,7 +82,8 @@ VLLM_FLAGS = (
     "kv-cache-memory-bytes", "enforce-eager", "enable-sleep-mode", "shutdown-timeout",
     "nnodes", "node-rank", "master-addr", "master-port", "headless",
     "distributed-executor-backend", "runner", "quantization", "enable-prefix-caching",
-    "compilation-config",
+    "compilation-config", "enable-lora", "max-loras", "max-lora-rank", "max-cpu-loras",
+    "lora-modules",
 )
 _FLAG = re.compile(r"--(?:no-)?(?:" + "|".join(map(re.escape, VLLM_FLAGS)) + r")")
 

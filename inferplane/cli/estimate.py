@@ -60,6 +60,8 @@ def _print_table(model_dir: Path, gpu_label: str, est: MemoryEstimate) -> None:
         ("total memory", f"{est.total_memory_gib:.2f} GiB"),
         (f"requested (x {est.gpu_memory_utilization})", f"{est.requested_memory_gib:.2f} GiB"),
         ("weights", f"{est.weights_gib:.2f} GiB"),
+        *([("LoRA adapter slots (KV cache gives them up)", f"{est.lora_gib:.2f} GiB")]
+          if est.lora_gib else []),
         ("activation peak (profile run)", f"{est.activation_gib:.2f} GiB"),
         ("non-torch (NCCL, cuBLAS)", f"{est.non_torch_gib:.2f} GiB"),
         (
@@ -108,6 +110,23 @@ def _print_errors(est: MemoryEstimate) -> None:
         console.print(f"[bold red]error:[/] {error}")
 
 
+def _lora_slots(max_loras: int | None, max_lora_rank: int | None, slots: Any) -> Any:
+    """LoraSlots when either LoRA option is given (the other at vLLM's default)."""
+    from inferplane.spec.lora import VLLM_LORA_RANKS
+
+    if max_loras is None and max_lora_rank is None:
+        return None
+    loras, rank = max_loras or 1, max_lora_rank or 16
+    if loras < 1:
+        raise InferplaneError("must be at least 1", field="--max-loras", value=loras,
+                              fix="e.g. 4")
+    if rank not in VLLM_LORA_RANKS:
+        raise InferplaneError(
+            "vLLM accepts only some ranks", field="--max-lora-rank", value=rank,
+            fix=f"use one of {', '.join(map(str, VLLM_LORA_RANKS))}")
+    return slots(max_loras=loras, max_lora_rank=rank)
+
+
 @app.command()
 def estimate(
     model_dir: Path = typer.Argument(..., help="Model directory (config.json, safetensors)."),
@@ -134,6 +153,12 @@ def estimate(
     ),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     vllm_version: str | None = typer.Option(None, "--vllm-version"),
+    max_loras: int | None = typer.Option(
+        None, "--max-loras", help="With LoRA: adapters in one batch (GPU slots reserved)."
+    ),
+    max_lora_rank: int | None = typer.Option(
+        None, "--max-lora-rank", help="With LoRA: the rank every slot is sized for (16)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Estimate per-GPU memory, KV cache tokens and max concurrency the way vLLM counts them."""
@@ -141,6 +166,7 @@ def estimate(
         DEFAULT_VLLM_VERSION,
         default_gpu_memory_utilization,
     )
+    from inferplane.estimator.lora import LoraSlots
     from inferplane.estimator.memory import estimate_memory
     from inferplane.estimator.types import EngineSettings
     from inferplane.gpus import lookup_gpu
@@ -167,6 +193,7 @@ def estimate(
                 fix="e.g. 79.19 for an H100",
             )
         profile = load_profile(model_dir)
+        lora = _lora_slots(max_loras, max_lora_rank, LoraSlots)
         gpu_spec = lookup_gpu(gpu) if gpu else None
         settings = EngineSettings(
             tensor_parallel_size=tensor_parallel_size,
@@ -183,6 +210,7 @@ def estimate(
             ),
             enforce_eager=enforce_eager,
             vllm_version=vllm_version,
+            lora=lora,
         )
         result = estimate_memory(
             profile,

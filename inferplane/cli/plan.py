@@ -138,9 +138,26 @@ def print_plan(plan: Plan, console: Console) -> None:
         f"fragmentation {t.fragmentation:.2f}; objective {plan.objective}; solver {t.solver}"
         + (" (optimal)" if t.solver_optimal else "")
     )
+    print_lora_lines(plan, console)
     for warning in plan.warnings:
         # no highlighter: it colours digits inside names (qwen3-embedding-0.6b)
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+
+
+def print_lora_lines(plan: Plan, console: Console) -> None:
+    """One line per instance that reserves LoRA adapter slots: what and how much."""
+    from inferplane.engines import engine_for  # not at import: `--help` stays light
+
+    where = "of host memory" if plan.device == "cpu" else "per GPU"
+    for inst in plan.instances:
+        if not inst.memory.lora_gib:
+            continue
+        launch = engine_for("vllm").planned(inst.argv, inst.env)
+        console.print(
+            f"LoRA: {inst.id} reserves {inst.memory.lora_gib:.2f} GiB {where} for "
+            f"{launch.flag('max-loras')} adapter slot(s) at rank {launch.flag('max-lora-rank')}"
+            f"; its KV cache is that much smaller ({len(launch.lora_paths())} adapter(s) "
+            "loaded at start)", highlight=False)
 
 
 def _memory_on(inst: PlanInstance, gpu: PlanGpu) -> tuple[PlanInstance, InstanceMemory]:

@@ -52,6 +52,9 @@ def print_cpu_plan(plan: Plan, console: Console) -> None:
     console.print(fitted_table(INSTANCE_COLUMNS, rows, width, "instances"))
     t = plan.totals
     console.print(f"RAM efficiency {t.memory_efficiency:.1%}; solver {t.solver}")
+    from inferplane.cli.plan import print_lora_lines
+
+    print_lora_lines(plan, console)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 

@@ -49,6 +49,10 @@ def _engine_from_mapping(entry: dict[str, Any], where: str) -> SimEngineConfig:
     for key in ("model_dir", "model_config"):
         if values.get(key) is not None:
             values[key] = Path(values[key])
+    if values.get("lora") is not None:
+        from inferplane.sim.lora import lora_from_mapping
+
+        values["lora"] = lora_from_mapping(values["lora"], f"{where}.lora")
     return SimEngineConfig(**values, faults=faults)
 
 
@@ -142,10 +146,26 @@ def sim(
     runner: str = typer.Option(
         "auto", help="auto (task from the checkpoint), generate or pooling (vLLM's --runner)."
     ),
+    enable_lora: bool = typer.Option(False, help="Serve LoRA adapters (vLLM's --enable-lora)."),
+    max_loras: int = typer.Option(1, help="Distinct adapters in one batch (--max-loras)."),
+    max_lora_rank: int = typer.Option(16, help="Largest adapter rank (--max-lora-rank)."),
+    max_cpu_loras: int | None = typer.Option(
+        None, help="Adapters kept in host memory (--max-cpu-loras; default max-loras)."
+    ),
+    lora_modules: list[str] = typer.Option(
+        [], help="NAME=PATH of an adapter loaded at start (--lora-modules); repeatable."
+    ),
+    lora_load_time_s: float | None = typer.Option(
+        None, help="Seconds to read one adapter from disk (default: from its file size)."
+    ),
     fleet: Path | None = typer.Option(None, help="YAML file of many engines to host at once."),
 ) -> None:
-    """Run a simulated vLLM engine (same HTTP API and metrics) without a GPU."""
+    """Run a simulated vLLM engine (same HTTP API and metrics) without a GPU.
+
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True opens /v1/load_lora_adapter and
+    /v1/unload_lora_adapter, as it does for vLLM."""
     from inferplane.sim.config import FaultConfig, SimEngineConfig
+    from inferplane.sim.lora import lora_config
 
     if fleet is not None:
         configs = load_fleet(fleet)
@@ -158,6 +178,11 @@ def sim(
             kv_cache_memory_bytes=kv_cache_memory_bytes, host=host, port=port,
             max_logprobs=max_logprobs, enable_auto_tool_choice=enable_auto_tool_choice,
             tool_call_parser=tool_call_parser, runner=runner,
+            lora=lora_config(
+                enable_lora, max_loras=max_loras, max_lora_rank=max_lora_rank,
+                max_cpu_loras=max_cpu_loras, modules=lora_modules,
+                load_time_s=lora_load_time_s,
+            ),
             faults=FaultConfig(
                 load_time_s=load_time_s, fail_rate=fail_rate,
                 crash_after_requests=crash_after_requests,

@@ -45,7 +45,8 @@ def status(
 
 def add_live_figures(data: dict[str, Any], running: bool) -> None:
     """Add `uptime_s` (fleet and instance) and each instance's `waiting`, `running`,
-    `kv_cache_usage` read from its engine's /metrics now (None when unavailable)."""
+    `kv_cache_usage` read from its engine's /metrics now (None when unavailable), and for
+    a model with LoRA adapters the `adapters` its engine holds (its /v1/models now)."""
     import asyncio
     import time
 
@@ -57,6 +58,16 @@ def add_live_figures(data: dict[str, Any], running: bool) -> None:
     instances = data.get("instances", [])
     live = [i for i in instances if running and i.get("state") in ("ready", "unhealthy")]
     stats = asyncio.run(read_engine_stats(i["url"] for i in live)) if live else {}
+    for inst in instances:
+        if "adapters" in inst and inst not in live:
+            inst["adapters"] = None  # not answering now: what it held is unknown
+    lora = [i for i in live if "adapters" in i]  # the runtime marks models with adapters
+    if lora:
+        from inferplane.runtime.engine_adapters import read_engine_adapters
+
+        held = asyncio.run(read_engine_adapters(i["url"] for i in lora))
+        for inst in lora:
+            inst["adapters"] = held.get(inst["url"])
     for inst in instances:
         got = stats.get(inst.get("url", ""), EngineStats()) if inst in live else EngineStats()
         since = inst.get("ready_since")

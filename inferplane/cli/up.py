@@ -69,6 +69,11 @@ def print_status(status: dict[str, Any], out: Console | None = None) -> None:
     for ep in status.get("endpoint_models", []):
         say(out, f"{ep['model']}: served by {', '.join(ep['endpoints'])}")
     for inst in status.get("instances", []):
+        if "adapters" in inst:  # LoRA: which replica holds which adapter
+            held = inst["adapters"]
+            say(out, f"{inst['name']} adapters: "
+                + ("unknown (no answer)" if held is None else ", ".join(held) or "none"))
+    for inst in status.get("instances", []):
         if inst.get("check_error"):
             say(out, f"{inst['name']}: the supervisor cannot check it: {inst['check_error']} "
                 "(it retries with backoff; the state shown is the last one it saw)")

@@ -76,6 +76,8 @@ def engine_service(
             env.update({"HF_HOME": HF_CACHE_MOUNT, "HF_HUB_OFFLINE": "1"})
         else:
             volumes.append("hf-cache:/root/.cache/huggingface")
+    if model is not None and model.lora is not None:  # each adapter at its own path
+        volumes += [f"{a.source}:{a.source}:ro" for a in model.lora.adapters]
     service: dict[str, Any] = {
         "image": engine_image(engine.kind, engine.version, engine.image, options,
                               engine.device),

@@ -47,6 +47,11 @@ def engine_unit(fleet: FleetSpec, plan: Plan, inst: PlanInstance, options: Rende
         argv=argv, env=dict(inst.env), gpu_indices=inst.gpu_indices, deps=deps))
 
 
+def _adapter_dirs(fleet: FleetSpec, inst: PlanInstance) -> list[str]:
+    model = fleet.model(inst.model)
+    return [a.source for a in model.lora.adapters] if model and model.lora else []
+
+
 @dataclass(frozen=True)
 class UnitBody:
     """What differs between engine units: a single-node instance or one rank of a replica."""
@@ -84,6 +89,8 @@ def unit_text(fleet: FleetSpec, plan: Plan, options: RenderOptions, inst: PlanIn
         f"After={' '.join(after)}",
         "Wants=network-online.target",
         *([f"Requires={' '.join(requires)}"] if requires else []),
+        # the engine loads these adapters at start: a missing one fails the unit, named
+        *(f"AssertPathIsDirectory={quote(path)}" for path in _adapter_dirs(fleet, inst)),
         f"PartOf={TARGET}",
         "",
         "[Service]",

@@ -66,6 +66,15 @@ class LaunchSpec(Protocol):
         ask `Engine.supports_drain_timeout(version)` first)."""
         ...
 
+    def lora_paths(self) -> dict[str, str]:
+        """Adapter name -> the directory the engine loads it from at start (none: {})."""
+        ...
+
+    def with_lora_paths(self, paths: Mapping[str, str]) -> LaunchSpec:
+        """The same launch reading each adapter directory in `paths` (old -> new path)
+        from its new path (a container's mount point)."""
+        ...
+
     def with_sleep_mode(self) -> LaunchSpec:
         """Started so that the sleep endpoints work (a no-op where already so)."""
         ...

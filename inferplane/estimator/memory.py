@@ -23,6 +23,7 @@ from inferplane.engines.vllm.versions import (
     parse_version,
 )
 from inferplane.errors import InferplaneError
+from inferplane.estimator import lora as lora_memory
 from inferplane.estimator import overheads, rules
 from inferplane.estimator.kv_cache import (
     DEFAULT_BLOCK_SIZE,
@@ -211,6 +212,7 @@ class _StageMemory:
     cuda_graph: int
     available: int
     layout: KvLayout
+    lora: int = 0  # LoRA adapter slots
 
     @property
     def avail_bytes(self) -> int:
@@ -290,19 +292,29 @@ def estimate_memory(
             profile.default_task == "generate" and stage.is_last, era, version,
         )
         non_torch = overheads.non_torch_bytes(tp, era, pp)
+        lora_bytes = 0
+        if settings.lora is not None:
+            modules = lora_memory.wrapped_modules(
+                profile, tp, num_layers=stage.num_layers, first_stage=stage.is_first,
+                last_stage=stage.is_last,
+            )
+            lora_bytes = lora_memory.reservation_bytes(modules, settings.lora, DTYPE_BYTES[dtype])
+            activation += lora_memory.shrink_buffer_bytes(
+                modules, settings.lora, max_num_batched_tokens)
         cuda_graph = 0 if settings.enforce_eager else overheads.cuda_graph_bytes(
             part_profile, max_num_seqs, version
         )
         if settings.kv_cache_memory_bytes is not None:
             available = settings.kv_cache_memory_bytes  # vLLM skips profiling entirely
         else:
-            available = requested - weights.per_gpu_bytes - activation - non_torch
+            available = requested - weights.per_gpu_bytes - lora_bytes - activation - non_torch
             if graph_in_budget:
                 available -= cuda_graph
         where = f" (pipeline stage {stage.rank})" if pp > 1 else ""
-        if weights.per_gpu_bytes > requested:
+        if weights.per_gpu_bytes + lora_bytes > requested:
             errors.append(
-                f"weights need {_gib(weights.per_gpu_bytes):.2f} GiB per GPU{where} but "
+                f"weights need {_gib(weights.per_gpu_bytes + lora_bytes):.2f} GiB per GPU"
+                f"{' (LoRA slots included)' if lora_bytes else ''}{where} but "
                 f"gpu_memory_utilization {util} x {_gib(total):.2f} GiB allows "
                 f"{_gib(requested):.2f} GiB: raise tensor_parallel_size"
                 + (" or pipeline_parallel_size" if pp > 1 else "")
@@ -316,7 +328,7 @@ def estimate_memory(
             )
         layout = kv_layout(part_profile, tp, kv_bytes, block_size)
         parts.append(_StageMemory(stage, weights.per_gpu_bytes, activation, non_torch,
-                                  cuda_graph, available, layout))
+                                  cuda_graph, available, layout, lora_bytes))
 
     # The KV pool: blocks, the length that fits, concurrency (the tightest stage decides).
     if length.auto:
@@ -388,6 +400,7 @@ def estimate_memory(
         pipeline_parallel_size=pp,
         worst_rank=worst.stage.rank,
         ranks=[_rank_memory(part) for part in parts] if pp > 1 else [],
+        lora_gib=_gib(worst.lora),
     )
 
 
@@ -409,6 +422,7 @@ def _rank_memory(part: _StageMemory) -> RankMemory:
         non_torch_gib=_gib(part.non_torch),
         cuda_graph_gib=_gib(part.cuda_graph),
         kv_cache_gib=_gib(part.avail_bytes),
+        lora_gib=_gib(part.lora),
         num_gpu_blocks=part.num_blocks,
         kv_bytes_per_token_per_gpu=part.layout.bytes_per_token_per_gpu,
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inferplane.estimator.lora import LoraSlots
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -23,6 +25,7 @@ class EngineSettings:
     vllm_version: str | None = None  # None = the current release inferplane models
     pipeline_parallel_size: int = 1  # stages (nodes); each holds ~1/pp of the decoder layers
     pipeline_layer_partition: tuple[int, ...] | None = None  # VLLM_PP_LAYER_PARTITION
+    lora: LoraSlots | None = None  # --enable-lora: adapter slots reserved on every GPU
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class RankMemory:
     non_torch_gib: float
     cuda_graph_gib: float
     kv_cache_gib: float  # available to this stage's KV cache
+    lora_gib: float  # LoRA adapter slots (estimator/lora.py) on this stage's GPUs
     num_gpu_blocks: int  # before vLLM takes the minimum over stages
     kv_bytes_per_token_per_gpu: int  # this stage's layers only
 
@@ -47,7 +51,7 @@ class MemoryEstimate:
 
     total_memory_gib: float
     requested_memory_gib: float  # gpu_memory_utilization x total
-    weights_gib: float  # per GPU, after TP sharding ("Model loading took")
+    weights_gib: float  # per GPU, after TP sharding ("Model loading took" without LoRA)
     activation_gib: float  # profile-run peak for max_num_batched_tokens
     non_torch_gib: float  # NCCL/cuBLAS/attention buffers
     cuda_graph_gib: float  # CUDA graph pool (0 with enforce_eager)
@@ -72,6 +76,9 @@ class MemoryEstimate:
     fits: bool
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # --enable-lora: the stacked adapter slots vLLM allocates while loading the model (so
+    # "Model loading took" = weights_gib + lora_gib) and the KV cache gives up.
+    lora_gib: float = 0.0
     # Pipeline parallelism: the numbers above are per GPU of `worst_rank`, the stage with the
     # fewest KV blocks (vLLM gives every stage that many); KV tokens and concurrency are the
     # replica's. `ranks` lists every stage when pipeline_parallel_size > 1.

@@ -24,6 +24,7 @@ from inferplane.gateway.backend import Backend, failure_text
 from inferplane.gateway.config import GatewayConfig, ModelRoute
 from inferplane.gateway.connections import Connections, ConnectionsCollector
 from inferplane.gateway.errors import ClientError, error_body, sse_error_event
+from inferplane.gateway.lora import AdapterHoldings, AdapterLoadError, AdapterRoute
 from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
 from inferplane.gateway.names import UNKNOWN_MODEL
@@ -104,6 +105,7 @@ class _Record:
     """What one request did; filled in as it goes so a cancelled request still logs."""
 
     __slots__ = (
+        "adapter",
         "admitted_s",
         "backend",
         "completion_tokens",
@@ -129,6 +131,7 @@ class _Record:
 
     def __init__(self) -> None:
         self.backend: Backend | None = None
+        self.adapter: str | None = None  # the LoRA adapter it runs with (its engine name)
         self.headers: Sequence[tuple[bytes, bytes]] = ()  # tenancy's x-ratelimit-* headers
         self.key_id: str | None = None  # the API key that made the request (tenancy)
         self.keeps_response = False  # a /v1/responses call vLLM stores: remember its id
@@ -183,6 +186,8 @@ class GatewayApp:
             config.health_interval_s,
         )
         self.monitor.on_hung = self._hung  # active health: a replica that stopped answering
+        # LoRA: which replica holds which adapter, loads on demand (gateway/lora.py)
+        self.adapters = AdapterHoldings(self.state, self.session, config.health_interval_s)
         self._rid_prefix = os.urandom(4).hex() + "-"
         self._rid_seq = itertools.count(1)
         self._priority_header = config.priority_header.lower().encode()
@@ -225,6 +230,7 @@ class GatewayApp:
         if self.tenancy is not None:
             await self.tenancy.start(self.state)
         self.monitor.start()
+        self.adapters.start()
         if self.access_log is not None:
             self.access_log.start()
         if self.discovery is not None:
@@ -238,6 +244,7 @@ class GatewayApp:
         if self.discovery is not None:
             await self.discovery.stop()
         await self.monitor.stop()
+        await self.adapters.stop()
         if self.tenancy is not None:
             await self.tenancy.stop()
         if self.access_log is not None:
@@ -368,17 +375,21 @@ class GatewayApp:
             names = [name for name in names if name in policy.allowed_models]
         created = self._models_created
         if model_id is None:
-            data = [
-                {"id": name, "object": "model", "created": created, "owned_by": "inferplane"}
-                for name in names
-            ]
+            data = [self._model_card(name, created) for name in names]
             await self._respond(send, 200, orjson.dumps({"object": "list", "data": data}), b"")
         elif model_id in names:
-            card = {"id": model_id, "object": "model", "created": created,
-                    "owned_by": "inferplane"}  # fmt: skip
+            card = self._model_card(model_id, created)
             await self._respond(send, 200, orjson.dumps(card), b"")
         else:  # unknown and not-for-this-key look the same: no existence leak
             await self._respond(send, 404, model_not_found(model_id), b"")
+
+    def _model_card(self, name: str, created: int) -> dict[str, Any]:
+        card: dict[str, Any] = {"id": name, "object": "model", "created": created,
+                                "owned_by": "inferplane"}  # fmt: skip
+        parent = self.state.parent_of(name)
+        if parent is not None:  # a LoRA adapter: its base model, as vLLM lists it
+            card["parent"] = parent
+        return card
 
     async def _response_by_id(
         self, scope: Scope, receive: Receive, send: Send, path: str
@@ -571,9 +582,10 @@ class GatewayApp:
                 priority = BATCH
             adm = admitted
         if adm is not None and adm.route_to is not None:
-            pool = self.state.pools.get(adm.route_to)
+            picked = self.state.target(adm.route_to)
         else:
-            pool = self.state.resolve(model)
+            picked = self.state.pick(model)
+        pool, adapter = picked if picked is not None else (None, None)
         if pool is None:
             self._tenancy_done(adm, est, rid, UNKNOWN_MODEL, _Record(), 404, 0.0, stream)
             # the one shape of an unknown model, as GET /v1/models/{id} answers it (OpenAI's)
@@ -581,24 +593,30 @@ class GatewayApp:
                                body=model_not_found(model))
             return
         lane = pool.route.long_prompt_lane
-        if lane is not None and estimate_prompt_tokens(body) > lane.threshold_tokens:
+        if lane is not None and adapter is None and (
+            estimate_prompt_tokens(body) > lane.threshold_tokens
+        ):  # (an adapter stays on its base: the lane's model does not serve it)
             pool = self.state.pools[lane.model]
         route = pool.route
+        served = adapter.name if adapter is not None else route.name  # usage and metrics
         try:
             if path == RESPONSES_PATH and guard_responses_body(
                 data, adm.key_id if adm is not None else None
             ):
                 body = orjson.dumps(data)
-            body = self._rewrite(data, body, model, route, path)
+            body = self._rewrite(data, body, model, route, path,
+                                 adapter.name if adapter is not None else None)
         except ClientError as exc:
-            self._tenancy_done(adm, est, rid, route.name, _Record(), exc.status, 0.0, stream)
-            await self._reject(send, exc.status, exc.message, rid, route.name, exc.param)
+            self._tenancy_done(adm, est, rid, served, _Record(), exc.status, 0.0, stream)
+            await self._reject(send, exc.status, exc.message, rid, served, exc.param)
             return
 
         ctx = RouteContext(
             prefix_key(data, route.prefix_chars) if pool.uses_prefix else None,
             _header(scope, pool.session_header) if pool.uses_session else None,
             t0,
+            self.adapters.holders(adapter.name) if adapter is not None else None,
+            self.adapters.warm(adapter.name) if adapter is not None else None,
         )
         rec = _Record()
         rec.keeps_response = path == RESPONSES_PATH and stores_response(data)
@@ -607,7 +625,7 @@ class GatewayApp:
         rec.admitted_s = loop.time() - t0
         if trace is not None:
             rec.trace = trace
-            trace.admitted(t0 + rec.admitted_s, route.name)
+            trace.admitted(t0 + rec.admitted_s, served)
         if adm is not None:
             rec.headers = adm.headers
             rec.key_id = adm.key_id
@@ -625,8 +643,8 @@ class GatewayApp:
             if owner is None or owner.model != route.name or owner.key_id not in (
                 None, rec.key_id
             ):  # unknown, another model's, or another key's: as vLLM answers a lost id
-                self._tenancy_done(adm, est, rid, route.name, _Record(), 404, 0.0, stream)
-                self.metrics.series(route.name, "-").count(404)
+                self._tenancy_done(adm, est, rid, served, _Record(), 404, 0.0, stream)
+                self.metrics.series(served, "-").count(404)
                 await self._respond(send, 404, response_not_found(str(previous)), rid)
                 return
             others = [b for b in pool.backends if b.url != owner.url]
@@ -647,6 +665,9 @@ class GatewayApp:
                 if backend is None:
                     return
             rec.backend = backend
+            if adapter is not None and not await self._adapter_ready(pool, adapter, rec, send,
+                                                                     rid):
+                return
             rec.queue_wait = loop.time() - t0
             if trace is not None:
                 trace.routed(t0 + rec.queue_wait)
@@ -671,7 +692,7 @@ class GatewayApp:
                 rec.prompt_tokens = prompt_est or estimate_prompt_tokens(body)
                 rec.completion_tokens = max(rec.events, 0)
             total = loop.time() - t0
-            self._account(route, rec, total, rid)
+            self._account(route, rec, total, rid, served)
             if trace is not None:
                 trace.finish(
                     t0 + total, rid.decode("latin-1"),
@@ -679,7 +700,7 @@ class GatewayApp:
                     rec.ttft, stream, rec.retries, rec.prompt_tokens, rec.completion_tokens,
                 )  # fmt: skip
             if adm is not None:
-                self._tenancy_done(adm, est, rid, route.name, rec, rec.status, total, stream)
+                self._tenancy_done(adm, est, rid, served, rec, rec.status, total, stream)
 
     async def _read_body(self, receive: Receive, length: bytes | None) -> bytes:
         limit = self.config.max_body_bytes
@@ -715,12 +736,15 @@ class GatewayApp:
 
     @staticmethod
     def _rewrite(
-        data: dict[str, Any], body: bytes, model: str, route: ModelRoute, path: str
+        data: dict[str, Any], body: bytes, model: str, route: ModelRoute, path: str,
+        adapter: str | None = None,
     ) -> bytes:
-        """Apply the served-name map and the max_tokens cap; re-encode only when needed."""
+        """Apply the served-name map (an adapter's: its engine name) and the max_tokens
+        cap; re-encode only when needed."""
         changed = False
-        if route.upstream_name != model:
-            data["model"] = route.upstream_name
+        upstream = adapter if adapter is not None else route.upstream_name
+        if upstream != model:
+            data["model"] = upstream
             changed = True
         cap = route.max_tokens_cap
         keys = GENERATION_LIMITS.get(path)
@@ -744,6 +768,25 @@ class GatewayApp:
                 data[keys[0]] = cap
                 changed = True
         return orjson.dumps(data) if changed else body
+
+    async def _adapter_ready(
+        self, pool: Pool, adapter: AdapterRoute, rec: _Record, send: Send, rid: bytes
+    ) -> bool:
+        """Make sure the chosen replica holds the adapter (loading it there, bounded by
+        the model's queue wait); else answer 503 and say why."""
+        backend = rec.backend
+        assert backend is not None
+        try:
+            await self.adapters.ensure(backend, adapter, pool.route.admission.max_queue_wait_s)
+            self.adapters.served(backend.url, adapter.name, pool.route.adapter_cache_slots)
+            rec.adapter = adapter.name
+            return True
+        except AdapterLoadError as exc:
+            rec.status = 503
+            rec.finished = True
+            retry = [(b"retry-after", str(pool.route.admission.retry_after_s).encode())]
+            await self._respond(send, 503, error_body(503, str(exc)), rid, extra=retry)
+            return False
 
     async def _admit(
         self, pool: Pool, ctx: RouteContext, priority: int, send: Send, rid: bytes, rec: _Record
@@ -841,7 +884,16 @@ class GatewayApp:
                     if failure is None:
                         break
                     tried.append(backend)
-                    nxt = pool.try_acquire(RouteContext(now=loop.time()), exclude=tried)
+                    retry_ctx = RouteContext(now=loop.time())
+                    if rec.adapter is not None:  # prefer the others holding its adapter
+                        retry_ctx.holders = self.adapters.holders(rec.adapter)
+                        retry_ctx.warm = self.adapters.warm(rec.adapter)
+                    nxt = pool.try_acquire(retry_ctx, exclude=tried)
+                    if nxt is not None and rec.adapter is not None and not (
+                        self.adapters.holds(nxt.url, rec.adapter)
+                    ):  # a LoRA request is retried only where its adapter is loaded
+                        pool.release(nxt)
+                        nxt = None
                     if nxt is None or len(tried) > route.retries:
                         if nxt is not None:
                             pool.release(nxt)
@@ -1100,23 +1152,28 @@ class GatewayApp:
         """The name as a metrics label when the fleet serves it, else UNKNOWN_MODEL."""
         return model if self.state.serves(model) else UNKNOWN_MODEL
 
-    def _account(self, route: ModelRoute, rec: _Record, total: float, rid: bytes) -> None:
+    def _account(
+        self, route: ModelRoute, rec: _Record, total: float, rid: bytes, name: str | None = None
+    ) -> None:
+        """Metrics and the access log of a finished request; `name`: what it is counted
+        as (an adapter's name, else the model's)."""
+        name = name or route.name
         replica = rec.backend.label if rec.backend is not None else "-"
-        series = self.metrics.series(route.name, replica)
+        series = self.metrics.series(name, replica)
         series.count(rec.status)
         series.duration.observe(total)
         if rec.ttft:
             series.ttft.observe(rec.ttft)
-        self.metrics.observe_queue_wait(route.name, rec.queue_wait)
+        self.metrics.observe_queue_wait(name, rec.queue_wait)
         if rec.prompt_tokens or rec.completion_tokens:
-            self.metrics.add_tokens(route.name, rec.prompt_tokens, rec.completion_tokens)
+            self.metrics.add_tokens(name, rec.prompt_tokens, rec.completion_tokens)
         if self.access_log is not None:
             self.access_log.write(
                 {
                     "request_id": rid.decode("latin-1"),
                     # when it arrived, so `inferplane trace` can put the phases on a clock
                     "received_at": round(time.time() - total, 6),
-                    "model": route.name,
+                    "model": name,
                     "replica": replica,
                     "replica_url": rec.backend.address if rec.backend is not None else "-",
                     "status": rec.status,

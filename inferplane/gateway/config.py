@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from inferplane.errors import InferplaneError
+from inferplane.gateway.lora import AdapterRoute
 from inferplane.gateway.tracing import TracingConfig
 from inferplane.spec.gateway import (
     DEFAULT_CONNECT_S,
@@ -159,6 +160,11 @@ class ModelRoute:
     session_header: str = "x-session-id"  # read by session affinity
     prefix_chars: int = 256  # leading prompt characters hashed by prefix affinity
     prefix_load_factor: float = 1.25  # bounded-load factor for prefix affinity
+    # LoRA adapters served on this model's replicas (gateway/lora.py); with affinity off a
+    # request goes wherever the other scorers send it (benchmarks/lora_affinity.py).
+    adapters: tuple[AdapterRoute, ...] = ()
+    adapter_affinity: bool = True
+    adapter_cache_slots: int = 1  # adapters an engine keeps in host memory (max_cpu_loras)
 
     def __post_init__(self) -> None:
         for scorer in self.scorers:
@@ -280,6 +286,18 @@ class GatewayConfig:
                         fix=f"rename it; it already names model {seen[name]!r}",
                     )
                 seen[name] = route.name
+        for route in self.models:
+            for adapter in route.adapters:
+                for name in adapter.client_names:
+                    if name in seen:
+                        raise InferplaneError(
+                            "adapter name or alias is used twice",
+                            field=f"models.{route.name}.lora.adapters",
+                            value=name,
+                            fix=f"rename it; it already names {seen[name]!r}",
+                        )
+                    seen[name] = f"an adapter of {route.name}"
+        adapter_names = {a.name for m in self.models for a in m.adapters}
         route_names: set[str] = set()
         for wroute in self.routes:
             # A route may reuse a model's name: it then splits that name's traffic.
@@ -292,12 +310,12 @@ class GatewayConfig:
                 )
             route_names.add(wroute.name)
             for target in wroute.targets:
-                if target.model not in {m.name for m in self.models}:
+                if target.model not in {m.name for m in self.models} | adapter_names:
                     raise InferplaneError(
                         "weighted route points at an unknown model",
                         field=f"routes.{wroute.name}",
                         value=target.model,
-                        fix="name a model defined under models:",
+                        fix="name a model defined under models: (or one of its adapters)",
                     )
         for route in self.models:
             lane = route.long_prompt_lane

@@ -14,6 +14,7 @@ from inferplane.gateway.config import (
     WeightedRoute,
     WeightedTarget,
 )
+from inferplane.gateway.lora import AdapterRoute
 from inferplane.gateway.tracing import TracingConfig
 from inferplane.planner.plan import Plan
 from inferplane.spec import FleetSpec, ModelSpec
@@ -73,6 +74,11 @@ def model_route(
             max_queue_depth=model.routing.max_queue_depth,
             max_queue_wait_s=model.routing.max_queue_wait_s,
         ),
+        adapters=tuple(
+            AdapterRoute(a.name, model.name, a.source, tuple(a.aliases))
+            for a in (model.lora.adapters if model.lora is not None else ())
+        ),
+        adapter_cache_slots=model.lora.cpu_slots if model.lora is not None else 1,
     )
 
 

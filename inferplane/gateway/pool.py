@@ -37,6 +37,10 @@ def build_scorers(
             chain.append(PrefixAffinity(route.prefix_load_factor))
         elif name == "session_affinity":
             chain.append(SessionAffinity())
+    if route.adapters and route.adapter_affinity:  # LoRA: replicas holding the adapter
+        from inferplane.gateway.lora import AdapterAffinity
+
+        chain.append(AdapterAffinity())
     return chain
 
 

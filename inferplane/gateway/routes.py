@@ -85,8 +85,10 @@ _DEV_MODE = Refusal(
 )
 _LORA = Refusal(
     404,
-    "loading an adapter at run time would change one replica and leave the others without it",
-    "Declare adapters in the fleet file so every replica serves them.",
+    "the gateway loads and unloads adapters itself: each adapter declared in the fleet "
+    "file (models[].lora.adapters) is loaded on the replica a request for it is routed to",
+    "Declare the adapter under models[].lora.adapters and send requests with its name as "
+    "`model` (docs/lora.md).",
 )
 _DISAGG = Refusal(
     404,

@@ -23,6 +23,8 @@ class RouteContext:
     prefix_key: bytes | None = None  # leading prompt bytes, when prefix affinity is on
     session: bytes | None = None  # value of the session header
     now: float = 0.0  # loop time, for staleness checks
+    holders: frozenset[str] | None = None  # a LoRA adapter's request: URLs holding it
+    warm: frozenset[str] | None = None  # ... and those that served it lately (gateway/lora.py)
 
 
 class Scorer(Protocol):

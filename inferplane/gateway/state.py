@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from inferplane.errors import InferplaneError
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.config import GatewayConfig, WeightedRoute, WeightedTarget
+from inferplane.gateway.lora import AdapterRoute
 from inferplane.gateway.pool import Pool
 from inferplane.gateway.scorers import OnUnusable
 
@@ -56,31 +57,64 @@ class GatewayState:
         self._weighted: dict[str, WeightedChooser] = {
             r.name: WeightedChooser(r.targets) for r in config.routes
         }
+        # LoRA adapters (gateway/lora.py): each client name -> its adapter; the base's pool
+        # serves it.
+        self.adapters: dict[str, AdapterRoute] = {
+            name: adapter for m in config.models for adapter in m.adapters
+            for name in adapter.client_names
+        }
 
     def resolve(self, name: str) -> Pool | None:
-        """The pool serving a client-facing name (model, alias or weighted route)."""
+        """The pool serving a client-facing name (model, alias, adapter or weighted route)."""
+        picked = self.pick(name)
+        return picked[0] if picked is not None else None
+
+    def pick(self, name: str) -> tuple[Pool, AdapterRoute | None] | None:
+        """The pool serving a client-facing name, and the adapter it names (None: the base
+        model itself); a weighted route picks its target (a model or an adapter) here."""
         pool = self._by_name.get(name)
         if self._weighted:
-            # A route named after a model also splits that model's aliases.
-            chooser = self._weighted.get(name if pool is None else pool.route.name)
-            if chooser is None and pool is not None:
-                chooser = self._weighted.get(name)
+            # A route named after a model also splits that model's aliases (an adapter's
+            # route its aliases).
+            adapter = self.adapters.get(name)
+            own = pool.route.name if pool is not None else adapter.name if adapter else name
+            chooser = self._weighted.get(own) or self._weighted.get(name)
             if chooser is not None:
-                return self.pools[chooser.choose()]
-        return pool
+                return self.target(chooser.choose())
+        if pool is not None:
+            return pool, None
+        return self.target(name)
+
+    def target(self, name: str) -> tuple[Pool, AdapterRoute | None] | None:
+        """A model (canonical name) or adapter (any of its names), weights not applied."""
+        pool = self.pools.get(name)
+        if pool is not None:
+            return pool, None
+        adapter = self.adapters.get(name)
+        if adapter is not None:
+            return self.pools[adapter.model], adapter
+        return None
 
     def max_tokens_cap(self, name: str) -> int | None:
         """The cap of the model a name addresses directly (None: none, or a weighted route
         whose target is only chosen later)."""
         pool = self._by_name.get(name)
+        adapter = self.adapters.get(name)
+        if pool is None and adapter is not None:
+            pool = self.pools[adapter.model]
         return pool.route.max_tokens_cap if pool is not None else None
 
     def serves(self, name: str) -> bool:
         """Whether `name` is a model, alias or weighted route of this gateway."""
-        return name in self._by_name or name in self._weighted
+        return name in self._by_name or name in self._weighted or name in self.adapters
 
     def client_names(self) -> list[str]:
-        return list(dict.fromkeys([*self._by_name, *self._weighted]))
+        return list(dict.fromkeys([*self._by_name, *self.adapters, *self._weighted]))
+
+    def parent_of(self, name: str) -> str | None:
+        """The base model of an adapter's name (None: not an adapter)."""
+        adapter = self.adapters.get(name)
+        return adapter.model if adapter is not None else None
 
     def _pool(self, model: str) -> Pool:
         pool = self.pools.get(model)
@@ -107,5 +141,6 @@ class GatewayState:
     def set_weights(self, route: str, targets: Sequence[WeightedTarget]) -> None:
         """Hot-reload a weighted route's split (canary steps, P43)."""
         for t in targets:
-            self._pool(t.model)
+            if t.model not in self.adapters:
+                self._pool(t.model)
         self._weighted[route] = WeightedChooser(WeightedRoute(route, tuple(targets)).targets)

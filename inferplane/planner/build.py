@@ -32,6 +32,7 @@ from inferplane.planner import explain, fixes
 from inferplane.planner.advice import model_notes
 from inferplane.planner.colocation import CardShare, share_cards
 from inferplane.planner.greedy import allowed_nodes, place_greedy
+from inferplane.planner.lora import lora_args
 from inferplane.planner.placement import Choice, Item, Placement, Slot
 from inferplane.planner.plan import (
     InstanceMemory,
@@ -423,12 +424,13 @@ def plan_instance(
         weights_total = sum(int(r.weights_gib * GIB) for r in est.ranks) \
             * shape.tensor_parallel_size
     else:
-        graph_gib = (shape.non_kv_bytes - int((est.weights_gib + est.activation_gib
+        graph_gib = (shape.non_kv_bytes - int((est.weights_gib + est.lora_gib
+                                               + est.activation_gib
                                                + est.non_torch_gib) * GIB)) / GIB
         if not est.cuda_graph_in_budget:
             graph_gib = (shape.outside_bytes - int(est.cuda_context_gib * GIB)) / GIB
         memory = _memory(est, est.weights_gib, est.kv_cache_gib, est.activation_gib,
-                         est.non_torch_gib, graph_gib)
+                         est.non_torch_gib, graph_gib, est.lora_gib)
         memories = [memory]
         weights_total = int(est.weights_gib * GIB) * shape.tensor_parallel_size
     args = VllmArgs(
@@ -448,14 +450,16 @@ def plan_instance(
         enforce_eager=model.enforce_eager,
         task=model.task,
         cudagraph_capture_sizes=shape.capture_sizes,
+        lora=lora_args(model),
         extra_args=model.extra_args,
     )
     launches = VLLM.launches(args, version=fleet.engine.version, spans_nodes=choice.spans_nodes,
                              master_port=ports.master, ray_port=ports.ray)
     argvs = [list(launch.argv) for launch in launches]
     envs = [
-        {**fleet.engine.extra_env, **model.env, **placement_env(group, fleet, choice.spans_nodes)}
-        for group in rank_slots
+        {**launch.env, **fleet.engine.extra_env, **model.env,
+         **placement_env(group, fleet, choice.spans_nodes)}
+        for launch, group in zip(launches, rank_slots, strict=True)
     ]
     ranks: list[PlanRank] = []
     if choice.spans_nodes:
@@ -502,9 +506,10 @@ def _uuids(slots: list[Slot]) -> list[str] | None:
 
 def _memory(
     est: MemoryEstimate, weights_gib: float, kv_cache_gib: float, activation_gib: float,
-    non_torch_gib: float, graph_gib: float,
+    non_torch_gib: float, graph_gib: float, lora_gib: float = 0.0,
 ) -> InstanceMemory:
     return InstanceMemory(
+        lora_gib=lora_gib,
         weights_gib=weights_gib,
         kv_cache_gib=round(kv_cache_gib, 4),
         activation_gib=activation_gib,
@@ -527,7 +532,7 @@ def _rank_memory(
                        shape.settings.pipeline_layer_partition)[rank.rank]
         graph_gib = graph_bytes(stage_profile(profile, stage), shape.capture_sizes) / GIB
     return _memory(est, rank.weights_gib, rank.kv_cache_gib, rank.activation_gib,
-                   rank.non_torch_gib, graph_gib)
+                   rank.non_torch_gib, graph_gib, rank.lora_gib)
 
 
 def placement_env(

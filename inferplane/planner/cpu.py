@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from inferplane.engines.vllm import VllmArgs
 from inferplane.engines.vllm import cpu as vllm_cpu
+from inferplane.engines.vllm.lora import lora_env
 from inferplane.errors import InferplaneError
 from inferplane.estimator.kv_cache import KvLayout, kv_dtype_bytes, kv_layout
 from inferplane.estimator.kv_cache import max_model_len_that_fits as longest_that_fits
@@ -37,6 +38,7 @@ from inferplane.gpus.cpu_host import CpuHost, discover_cpu_host
 from inferplane.gpus.spec import GIB
 from inferplane.models import load_profile
 from inferplane.models.profile import ModelProfile
+from inferplane.planner.lora import host_lora_bytes, lora_args
 from inferplane.planner.plan import (
     InstanceMemory,
     Plan,
@@ -77,6 +79,12 @@ class Sizing:
     layout: KvLayout
     max_num_seqs: int
     max_num_batched_tokens: int
+    lora_bytes: int = 0  # LoRA adapter slots (planner/lora.py), in host memory
+
+    @property
+    def resident_bytes(self) -> int:
+        """Host memory besides the KV cache and the runtime: weights and LoRA slots."""
+        return self.weights_bytes + self.lora_bytes
 
     def one_sequence(self, max_model_len: int) -> int:
         return self.layout.bytes_per_request(max_model_len, self.max_num_batched_tokens)
@@ -120,7 +128,8 @@ def size_model(model: ModelSpec, profile: ModelProfile) -> Sizing:
     layout = kv_layout(profile, 1, kv_bytes, vllm_cpu.BLOCK_SIZE)
     seqs = model.max_num_seqs or vllm_cpu.DEFAULT_MAX_NUM_SEQS
     batched = model.max_num_batched_tokens or vllm_cpu.DEFAULT_MAX_NUM_BATCHED_TOKENS
-    return Sizing(model, profile, dtype, weights, layout, seqs, batched)
+    return Sizing(model, profile, dtype, weights, layout, seqs, batched,
+                  host_lora_bytes(model, profile, dtype))
 
 
 @dataclass(frozen=True)
@@ -367,7 +376,7 @@ def _lengths(units: list[Unit], nodes: list[CpuNode], sizings: Mapping[str, Sizi
 
 def _kv_room(node: CpuNode, here: list[Unit], sizings: Mapping[str, Sizing]) -> int:
     """The node's RAM budget left for KV caches once weights and runtimes are counted."""
-    fixed = sum(sizings[u.model].weights_bytes + vllm_cpu.ENGINE_RUNTIME_BYTES for u in here)
+    fixed = sum(sizings[u.model].resident_bytes + vllm_cpu.ENGINE_RUNTIME_BYTES for u in here)
     return node.budget_bytes - fixed
 
 
@@ -404,10 +413,10 @@ def _size_kv(here: list[Unit], node: CpuNode, sizings: Mapping[str, Sizing],
 def _ram_too_small(node: CpuNode, here: list[Unit], sizings: Mapping[str, Sizing],
                    lows: Mapping[str, int]) -> None:
     parts = [
-        f"{u.id} {(sizings[u.model].weights_bytes + lows[u.id]) / GIB:.2f} GiB"
+        f"{u.id} {(sizings[u.model].resident_bytes + lows[u.id]) / GIB:.2f} GiB"
         for u in here
     ]
-    total = sum(sizings[u.model].weights_bytes + lows[u.id] + vllm_cpu.ENGINE_RUNTIME_BYTES
+    total = sum(sizings[u.model].resident_bytes + lows[u.id] + vllm_cpu.ENGINE_RUNTIME_BYTES
                 for u in here)
     raise InferplaneError(
         f"node {node.name}'s RAM ({node.memory_bytes / GIB:.1f} GiB, {HOST_RAM_BUDGET:.0%} "
@@ -435,10 +444,12 @@ def cpu_instance(fleet: FleetSpec, sizing: Sizing, unit: Unit, max_model_len: in
         max_num_seqs=sizing.max_num_seqs, max_num_batched_tokens=sizing.max_num_batched_tokens,
         dtype=model.dtype, quantization=model.quantization,
         kv_cache_dtype=model.kv_cache_dtype, kv_cache_memory_bytes=unit.kv_bytes,
-        enforce_eager=eager, task=model.task, extra_args=model.extra_args,
+        enforce_eager=eager, task=model.task, lora=lora_args(model),
+        extra_args=model.extra_args,
     )
     argv = vllm_cpu.serve_argv(args, version=fleet.engine.version)
-    env = vllm_cpu.engine_env(unit.cores, {**fleet.engine.extra_env, **model.env})
+    env = vllm_cpu.engine_env(
+        unit.cores, {**lora_env(args.lora), **fleet.engine.extra_env, **model.env})
     one = sizing.one_sequence(max_model_len)
     page = sizing.layout.page_bytes * sizing.layout.group_size
     blocks = unit.kv_bytes // page if page else 0
@@ -452,6 +463,7 @@ def cpu_instance(fleet: FleetSpec, sizing: Sizing, unit: Unit, max_model_len: in
         kv_cache_tokens=blocks * sizing.layout.block_size,
         max_concurrency=round(unit.kv_bytes / one, 2) if one else float(sizing.max_num_seqs),
         kv_bytes_per_token=sizing.layout.bytes_per_token_per_gpu,
+        lora_gib=round(sizing.lora_bytes / GIB, 6),
     )
     return PlanInstance(
         id=unit.id, model=model.name, served_model_name=model.engine_model_name,
@@ -462,7 +474,7 @@ def cpu_instance(fleet: FleetSpec, sizing: Sizing, unit: Unit, max_model_len: in
         max_num_batched_tokens=sizing.max_num_batched_tokens,
         weights_bytes=sizing.weights_bytes, memory=memory, argv=argv, env=env,
         cpu_cores=list(unit.cores),
-        host_memory_bytes=sizing.weights_bytes + unit.kv_bytes + vllm_cpu.ENGINE_RUNTIME_BYTES,
+        host_memory_bytes=sizing.resident_bytes + unit.kv_bytes + vllm_cpu.ENGINE_RUNTIME_BYTES,
     )
 
 

@@ -37,6 +37,7 @@ class InstanceMemory(_PlanModel):
     kv_cache_tokens: int
     max_concurrency: float  # requests of max_model_len that fit at once
     kv_bytes_per_token: int
+    lora_gib: float = 0.0  # LoRA adapter slots, per GPU (CPU: in host memory)
 
 
 # LEADER_ADDRESS_TOKEN stands in for the leader's address inside a multi-node replica's

@@ -45,6 +45,7 @@ from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.estimator.weights import DTYPE_BYTES, resolve_dtype, resolve_quantization
 from inferplane.gpus.spec import GIB, GpuSpec
 from inferplane.models.profile import ModelProfile
+from inferplane.planner.lora import lora_slots
 from inferplane.spec import ModelSpec
 
 UNITS = 10_000  # one card
@@ -194,6 +195,7 @@ def base_settings(model: ModelSpec, version: str) -> EngineSettings:
         ),
         enforce_eager=model.enforce_eager,
         vllm_version=version,
+        lora=lora_slots(model),
     )
 
 
@@ -503,15 +505,15 @@ def _stage_needs(
     sizes: tuple[int, ...] | None,
 ) -> list[_StageNeed]:
     figures: list[tuple[ModelProfile, float, float, float, float]]
-    if est.ranks:
+    if est.ranks:  # the LoRA slots sit with the weights: loaded with them, never freed
         figures = [
-            (stage_profile(profile, stage), r.weights_gib, r.activation_gib, r.non_torch_gib,
-             r.cuda_graph_gib)
+            (stage_profile(profile, stage), r.weights_gib + r.lora_gib, r.activation_gib,
+             r.non_torch_gib, r.cuda_graph_gib)
             for stage, r in zip(_stages_of(profile, settings), est.ranks, strict=True)
         ]
     else:
-        figures = [(profile, est.weights_gib, est.activation_gib, est.non_torch_gib,
-                    est.cuda_graph_gib)]
+        figures = [(profile, est.weights_gib + est.lora_gib, est.activation_gib,
+                    est.non_torch_gib, est.cuda_graph_gib)]
     dtype = resolve_dtype(profile, settings.dtype)
     kv_bytes = kv_dtype_bytes(settings.kv_cache_dtype, DTYPE_BYTES[dtype])
     assert settings.max_model_len is not None

@@ -17,8 +17,10 @@ from pathlib import Path
 
 from inferplane.engines.simulator import SimFaults, SimLaunchArgs
 from inferplane.engines.simulator import sim_argv as build_sim_argv
+from inferplane.engines.vllm.lora import lora_env
 from inferplane.errors import InferplaneError
 from inferplane.gpus.catalog import find_gpu
+from inferplane.planner.lora import lora_args
 from inferplane.planner.plan import Plan, PlanInstance
 from inferplane.sim.config import DEFAULT_GPU, FaultConfig
 from inferplane.spec import FleetSpec, ModelSpec
@@ -112,8 +114,13 @@ def sim_argv(
         die_after_tokens=faults.die_after_tokens,
     )
     args = replace(sizing, model_dir=model_dir, task=model.task,
-                   extra_args=dict(model.extra_args), faults=fault)
+                   extra_args=dict(model.extra_args), faults=fault, lora=lora_args(model))
     return build_sim_argv(args, python=python)
+
+
+def sim_lora_env(model: ModelSpec) -> dict[str, str]:
+    """The variables a simulated engine of `model` needs for LoRA (run-time loading)."""
+    return lora_env(lora_args(model))
 
 
 def plan_sim_instances(
@@ -150,7 +157,7 @@ def plan_sim_instances(
                     port=port,
                     engine="sim",
                     argv=sim_argv(model, port=port, gpu=gpu, faults=fault),
-                    env={**env, **model.env},
+                    env={**env, **sim_lora_env(model), **model.env},
                 )
             )
     return instances
@@ -204,7 +211,7 @@ def _from_plan(
             engine="sim",
             argv=sim_argv(model, port=port, gpu=planned.gpu_type, faults=fault,
                           planned=planned),
-            env={**env, **model.env},
+            env={**env, **sim_lora_env(model), **model.env},
             gpu_indices=tuple(planned.gpu_indices), node=planned.node,
             gpu_memory_utilization=planned.gpu_memory_utilization,
             start_after=tuple(planned.start_after),

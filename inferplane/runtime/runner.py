@@ -50,6 +50,7 @@ from inferplane.runtime.instances import (
     plan_sim_instances,
     plan_simulated,
     sim_argv,
+    sim_lora_env,
 )
 from inferplane.runtime.process import raise_nofile_limit
 from inferplane.runtime.state import StateDir
@@ -551,7 +552,7 @@ class Runtime:
                 name=f"{model}-{replica}", model=model, served_name=spec.engine_model_name,
                 replica=replica, port=port, engine="sim",
                 argv=sim_argv(spec, port=port, gpu=self._sim_gpu(), faults=fault),
-                env={**self.fleet.engine.extra_env, **spec.env},
+                env={**self.fleet.engine.extra_env, **sim_lora_env(spec), **spec.env},
             )
         else:
             inst = await self._place(model, candidates, make_room)
@@ -708,6 +709,9 @@ class Runtime:
             out["sleep_level"] = self._asleep[name]
         if name in self._removing:
             out["scaling"] = "draining"
+        spec = self.fleet.model(rec.instance.model)
+        if spec is not None and spec.lora is not None:  # what the gateway knows it holds
+            out["adapters"] = self.gateway.adapters.table().get(rec.instance.url, [])
         return out
 
     # ---- state -------------------------------------------------------------------------

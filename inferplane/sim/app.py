@@ -83,6 +83,10 @@ class EngineApp:
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/detokenize", self.detokenize, methods=["POST"]),
                 *self.responses.routes(),
+                # vLLM registers these only with VLLM_ALLOW_RUNTIME_LORA_UPDATING (else 404)
+                *([Route("/v1/load_lora_adapter", self.load_lora_adapter, methods=["POST"]),
+                   Route("/v1/unload_lora_adapter", self.unload_lora_adapter,
+                         methods=["POST"])] if engine.loras.runtime_updates else []),
             ],
             exception_handlers={
                 ApiError: self._api_error,  # type: ignore[dict-item]
@@ -172,7 +176,19 @@ class EngineApp:
                 ),
             },
         }
-        return _OrjsonResponse({"object": "list", "data": [card]})
+        cards = [card, *engine.loras.cards(engine.created)]  # adapters: parent = the base
+        return _OrjsonResponse({"object": "list", "data": cards})
+
+    async def load_lora_adapter(self, request: Request) -> Response:
+        """vLLM's run-time adapter load: 200 with its text, or its refusal."""
+        await self._gate()
+        text = await self.engine.loras.load(await self._json_object(request))
+        return Response(text, status_code=200)
+
+    async def unload_lora_adapter(self, request: Request) -> Response:
+        await self._gate()
+        text = self.engine.loras.unload(await self._json_object(request))
+        return Response(text, status_code=200)
 
     async def metrics(self, request: Request) -> Response:
         if self.hung:
@@ -265,6 +281,8 @@ class EngineApp:
     def _check_model(self, model: Any, *, aliases: bool = True) -> None:
         """vLLM's unknown-model 404; the generate APIs name the served aliases."""
         if model is not None and model != self.engine.model_name:
+            if aliases and self.engine.loras.get(model) is not None:
+                return  # a loaded adapter (vLLM: models.lora_requests)
             if not aliases:  # the pooling APIs' check is older and plainer
                 raise ApiError(404, f"The model `{model}` does not exist.")
             raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: "
@@ -329,12 +347,19 @@ class EngineApp:
         rid = self.engine.new_request_id(
             "chatcmpl" if chat else "cmpl", request.headers.get("x-request-id")
         )
+        adapter = self.engine.loras.get(sampling.model)
         if requests_log.isEnabledFor(logging.INFO):
+            lora = (f"LoRARequest(lora_name='{adapter.name}', lora_int_id={adapter.int_id}, "
+                    f"lora_path='{adapter.path}')" if adapter is not None else "None")
             requests_log.info("Received request %s: params: SamplingParams(max_tokens=%s, "
-                              "stream=%s), lora_request: None.", rid, sampling.max_tokens,
-                              sampling.stream)  # fmt: skip
+                              "stream=%s), lora_request: %s.", rid, sampling.max_tokens,
+                              sampling.stream, lora)  # fmt: skip
         generation = Generation(self.engine, prompts, sampling, fields, chat=chat,
                                 request_id=rid)
+        if adapter is not None:
+            for choice in generation.choices:
+                choice.sim.lora = adapter.name
+            await self.engine.loras.activate(adapter)  # read again if the cache evicted it
         generation.submit()
         if sampling.stream:
             return StreamingResponse(generation.stream(), media_type="text/event-stream")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from inferplane.errors import InferplaneError
+from inferplane.estimator.lora import LoraSlots
 from inferplane.estimator.memory import estimate_memory
 from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.estimator.weights import expert_bytes_per_gpu, weight_format
@@ -83,7 +84,9 @@ def resolve_profile(config: SimEngineConfig) -> ModelProfile:
 
 
 def engine_settings(config: SimEngineConfig) -> EngineSettings:
+    lora = config.lora  # --enable-lora: the adapter slots come out of the KV cache, as vLLM's
     return EngineSettings(
+        lora=LoraSlots(lora.max_loras, lora.max_lora_rank) if lora is not None else None,
         tensor_parallel_size=config.tensor_parallel_size,
         gpu_memory_utilization=config.gpu_memory_utilization,
         max_model_len=config.max_model_len,

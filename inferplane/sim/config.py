@@ -38,6 +38,27 @@ class FaultConfig:
 
 
 @dataclass(frozen=True)
+class SimLoraConfig:
+    """vLLM's LoRA options (`--enable-lora` and its companions) of one simulated engine.
+
+    `modules` are `--lora-modules` (name, path) pairs loaded at start; `runtime_updates` is
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING (the load/unload endpoints exist only with it);
+    `load_time_s` is what reading one adapter from disk takes (None: from its file size).
+    """
+
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None  # None: max_loras, as vLLM
+    modules: tuple[tuple[str, str], ...] = ()
+    runtime_updates: bool = False
+    load_time_s: float | None = None
+
+    @property
+    def cpu_slots(self) -> int:
+        return self.max_cpu_loras if self.max_cpu_loras is not None else self.max_loras
+
+
+@dataclass(frozen=True)
 class SimEngineConfig:
     """One simulated vLLM engine. `model` is the served model name clients send.
 
@@ -78,5 +99,7 @@ class SimEngineConfig:
     # vLLM's --runner: "auto" takes the task from the checkpoint (architecture, name);
     # "pooling" serves embeddings, "generate" completions, whatever the checkpoint says.
     runner: str = "auto"
+    # vLLM's --enable-lora and companions (sim/lora.py); None: LoRA off.
+    lora: SimLoraConfig | None = None
     faults: FaultConfig = field(default_factory=FaultConfig)
     calibration: Calibration = DEFAULT_CALIBRATION

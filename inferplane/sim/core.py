@@ -23,6 +23,7 @@ class KvCapacity:
     max_num_seqs: int
     max_num_batched_tokens: int
     enable_prefix_caching: bool = True
+    max_loras: int | None = None  # distinct adapters per batch (--max-loras); None: no LoRA
 
 
 class EngineCore:
@@ -38,6 +39,7 @@ class EngineCore:
             max_num_seqs=capacity.max_num_seqs,
             max_num_batched_tokens=capacity.max_num_batched_tokens,
             enable_prefix_caching=capacity.enable_prefix_caching,
+            max_loras=capacity.max_loras,
         )
         self.timing = timing
         self.metrics = metrics

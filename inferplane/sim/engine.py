@@ -21,6 +21,7 @@ from inferplane.aio import cancel_and_wait
 from inferplane.gpus import GIB
 from inferplane.sim.build import EngineParts
 from inferplane.sim.core import EngineCore, KvCapacity
+from inferplane.sim.lora import SimAdapters
 from inferplane.sim.metrics import EngineMetrics
 from inferplane.sim.scheduler import SimRequest, TokenEvent
 from inferplane.sim.sleep import SleepState
@@ -35,13 +36,18 @@ class SimEngine:
         memory = parts.memory
         self.model_name = config.model
         self.max_model_len = memory.max_model_len
-        self.metrics = EngineMetrics(config.model, memory.max_model_len)
+        lora = config.lora
+        self.metrics = EngineMetrics(config.model, memory.max_model_len,
+                                     lora.max_loras if lora is not None else None)
+        self.loras = SimAdapters(lora, config.model)  # --enable-lora (sim/lora.py)
+        self.loras.load_static()
         capacity = KvCapacity(
             num_blocks=memory.num_gpu_blocks,
             block_size=memory.block_size,
             max_num_seqs=memory.max_num_seqs,
             max_num_batched_tokens=memory.max_num_batched_tokens,
             enable_prefix_caching=config.enable_prefix_caching,
+            max_loras=lora.max_loras if lora is not None else None,
         )
         self.core = EngineCore(capacity, parts.timing, self.metrics)
         self.created = int(time.time())

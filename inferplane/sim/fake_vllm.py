@@ -7,7 +7,8 @@ It accepts the command lines `inferplane plan` writes (and vLLM's other serve fl
 flags the simulator models (served name, host, port, context length, TP, utilization,
 `--max-num-seqs`, `--max-num-batched-tokens`, prefix caching, `--max-logprobs`,
 `--enable-auto-tool-choice` with `--tool-call-parser`, `--runner`/`--task embed`,
-`--kv-cache-memory-bytes`) configure the simulated engine; GPU-only flags
+`--kv-cache-memory-bytes`, `--enable-lora` with `--max-loras`, `--max-lora-rank`,
+`--max-cpu-loras` and `--lora-modules`) configure the simulated engine; GPU-only flags
 (`--compilation-config`, `--dtype`, `--quantization`, ...) are accepted and ignored. Point
 `inferplane up` at it with `--vllm-binary` or `INFERPLANE_VLLM_BINARY` to run an
 `engine: vllm` fleet without a GPU:
@@ -18,8 +19,8 @@ Like vLLM it needs `CUDA_VISIBLE_DEVICES` to name at least `--tensor-parallel-si
 devices when the variable is set (P21), and it logs the devices it was given. Options only
 the fake knows (anywhere on the line): `--gpu TYPE` (simulated GPU, default the
 simulator's), `--load-time-s S`, `--crash-after-requests N`, `--hang-after-requests N`,
-`--die-after-tokens N` (the engine core dies as vLLM's does: error event, /health 503,
-exit code 0).
+`--lora-load-time-s S` (reading one adapter), `--die-after-tokens N` (the engine core
+dies as vLLM's does: error event, /health 503, exit code 0).
 MODEL is a directory with `config.json` (the simulator reads the architecture from it) or
 any name (the simulator's default profile).
 """
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from inferplane.sim.config import DEFAULT_GPU, FaultConfig, SimEngineConfig
 from inferplane.sim.host import start_engine
+from inferplane.sim.lora import lora_config
 from inferplane.sim.startup_log import startup_lines
 
 ENGINE_DEATH_EXIT_S = 1.0  # as `inferplane sim` (cli/sim.py): /health 503, then exit 0
@@ -64,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--kv-cache-memory-bytes", type=human_readable_int, default=None)
     parser.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto")
     parser.add_argument("--task", default=None)  # before vLLM 0.10.2: --task embed
+    parser.add_argument("--enable-lora", action="store_true")
+    parser.add_argument("--max-loras", type=int, default=1)
+    parser.add_argument("--max-lora-rank", type=int, default=16)
+    parser.add_argument("--max-cpu-loras", type=int, default=None)
+    parser.add_argument("--lora-modules", nargs="+", default=[])
+    parser.add_argument("--lora-load-time-s", type=float, default=None)
     parser.add_argument("--gpu", default=DEFAULT_GPU)
     parser.add_argument("--load-time-s", type=float, default=0.0)
     parser.add_argument("--crash-after-requests", type=int, default=None)
@@ -108,6 +116,11 @@ def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
         tool_call_parser=args.tool_call_parser,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         runner="pooling" if args.task in ("embed", "embedding") else args.runner,
+        lora=lora_config(
+            args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
+            max_cpu_loras=args.max_cpu_loras, modules=args.lora_modules,
+            load_time_s=args.lora_load_time_s,
+        ),
         host=args.host,
         port=args.port,
         faults=FaultConfig(

@@ -72,7 +72,7 @@ def _one_two_five(max_value: int) -> list[float]:
 class EngineMetrics:
     """The metric families a vLLM engine exports, fed from scheduler steps."""
 
-    def __init__(self, model_name: str, max_model_len: int) -> None:
+    def __init__(self, model_name: str, max_model_len: int, max_loras: int | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["model_name", "engine"]
         values = (model_name, "0")
@@ -119,6 +119,15 @@ class EngineMetrics:
         self.inference = histogram("vllm:request_inference_time_seconds", _REQUEST_BUCKETS)
         self.prefill = histogram("vllm:request_prefill_time_seconds", _REQUEST_BUCKETS)
         self.decode = histogram("vllm:request_decode_time_seconds", _REQUEST_BUCKETS)
+        # vLLM's LoRA gauge (only with --enable-lora): the adapters running and waiting, as
+        # comma-joined label values; the value is when that combination was last seen.
+        self.lora_info: Any = None
+        self.max_loras = max_loras
+        if max_loras is not None:
+            self.lora_info = Gauge(
+                "vllm:lora_requests_info", "Running stats on lora requests.",
+                ["max_lora", "waiting_lora_adapters", "running_lora_adapters"], registry=r,
+            )
         self._last_queries = 0
         self._last_hits = 0
         self._last_preemptions = 0
@@ -146,10 +155,19 @@ class EngineMetrics:
             sum(event.request.cached_tokens for event in events if event.index == 0)
         )
         self.generation_tokens.inc(len(events))
+        if self.lora_info is not None:
+            self._record_loras(scheduler)
         if step.work:
             self.iteration_tokens.observe(sum(count for _, count in step.work))
         for event in events:
             self._record_token(event)
+
+    def _record_loras(self, scheduler: Scheduler) -> None:
+        running = dict.fromkeys(r.lora for r in scheduler.running if r.lora is not None)
+        waiting = dict.fromkeys(r.lora for r in scheduler.waiting if r.lora is not None)
+        self.lora_info.labels(
+            str(self.max_loras), ",".join(waiting), ",".join(running)
+        ).set_to_current_time()
 
     def record_idle(self, scheduler: Scheduler) -> None:
         self.running.set(len(scheduler.running))

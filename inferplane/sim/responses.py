@@ -209,6 +209,7 @@ class ResponsesApi:
             finish_reason=reason,
             arrival_s=0.0,
             max_tokens_param=max_tokens,
+            lora=model if engine.loras.get(model) is not None else None,
         )
         queue = app._submit(sim)
         turn = _Turn(response_id, model, body, messages, max_tokens, int(time.time()), matched)

@@ -2,10 +2,12 @@
 
 Each step spends a token budget (`max_num_batched_tokens`): running requests first (one
 token for a decode, a chunk for an unfinished prefill), then waiting requests in arrival
-order while `max_num_seqs` and KV blocks allow. When a running request needs a block and
-none is free, the most recently admitted running request is preempted: its blocks are
-freed and it goes back to the front of the queue to be recomputed. Time is passed in, so
-the scheduler runs the same on the wall clock and on a simulated one.
+order while `max_num_seqs` and KV blocks allow (with LoRA, a waiting request whose adapter
+would make the batch hold more than `max_loras` distinct adapters is skipped, as vLLM
+does). When a running request needs a block and none is free, the most recently admitted
+running request is preempted: its blocks are freed and it goes back to the front of the
+queue to be recomputed. Time is passed in, so the scheduler runs the same on the wall
+clock and on a simulated one.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class SimRequest:
     finish_reason: str  # reported when `output_tokens` are generated: "length" or "stop"
     arrival_s: float
     max_tokens_param: int = 0
+    lora: str | None = None  # the adapter it runs with (None: the base model)
     status: Status = Status.WAITING
     num_computed: int = 0
     num_output: int = 0
@@ -94,7 +97,9 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         enable_prefix_caching: bool = True,
+        max_loras: int | None = None,
     ) -> None:
+        self.max_loras = max_loras  # None: LoRA off (no adapter limit to keep)
         self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching)
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
@@ -178,8 +183,16 @@ class Scheduler:
     # -- internals -------------------------------------------------------------------
 
     def _admit(self, now_s: float, budget: int, work: list[tuple[SimRequest, int]]) -> int:
+        limit = self.max_loras
+        loras = {r.lora for r in self.running if r.lora is not None} if limit else set()
+        skipped: list[SimRequest] = []  # their adapter has no slot this step (vLLM skips)
         while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             request = self.waiting[0]
+            if limit and request.lora is not None and request.lora not in loras and (
+                len(loras) >= limit
+            ):
+                skipped.append(self.waiting.popleft())
+                continue
             hit_blocks: list[int] = []
             if not request.blocks:
                 # Never a full-prompt hit: the last token is always computed (vLLM).
@@ -206,6 +219,9 @@ class Scheduler:
             self.running.append(request)
             work.append((request, count))
             budget -= count
+            if request.lora is not None:
+                loras.add(request.lora)
+        self.waiting.extendleft(reversed(skipped))
         return budget
 
     def _blocks_for(self, tokens: int) -> int:

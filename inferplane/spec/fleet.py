@@ -11,6 +11,7 @@ from inferplane.spec.device import device_issues
 from inferplane.spec.engine import EngineSpec
 from inferplane.spec.gateway import GatewaySpec, GatewayTimeouts
 from inferplane.spec.inventory import GpuInventory, parse_gpus_field
+from inferplane.spec.lora_checks import lora_file_issues
 from inferplane.spec.model import ModelSpec
 from inferplane.spec.planning import PlanningSpec
 from inferplane.spec.problems import issues_error
@@ -45,7 +46,7 @@ class FleetSpec(SpecModel):
 
     @model_validator(mode="after")
     def _references(self) -> FleetSpec:
-        issues = reference_issues(self) + device_issues(self)
+        issues = reference_issues(self) + device_issues(self) + lora_file_issues(self)
         if issues:
             raise issues_error(issues)
         return self

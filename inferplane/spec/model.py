@@ -304,6 +304,11 @@ class ModelSpec(SpecModel):
         if self.endpoints is not None:
             self._check_endpoint_only()
         self._check_spanning()
+        if self.task == "embed" and self.lora is not None:
+            raise issues_error([Issue(
+                ("lora",), "vLLM serves LoRA adapters on generation models only", "embed",
+                "remove lora, or serve the adapters on a generate model",
+            )])
         if self.task == "embed" and self.max_tokens_cap is not None:
             raise issues_error(
                 [

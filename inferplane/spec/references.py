@@ -19,6 +19,7 @@ def reference_issues(fleet: FleetSpec) -> list[Issue]:
     issues: list[Issue] = []
     issues += _unique_names(fleet)
     issues += _aliases(fleet)
+    issues += _lora_names(fleet)
     issues += _placement(fleet)
     issues += _pipeline(fleet)
     issues += _routes(fleet)
@@ -65,6 +66,36 @@ def _aliases(fleet: FleetSpec) -> list[Issue]:
                 )
             else:
                 owner[alias] = model.name
+    return issues
+
+
+def _lora_names(fleet: FleetSpec) -> list[Issue]:
+    """A request's `model` picks a model or an adapter: every name means one thing."""
+    models = {n: m.name for m in fleet.models for n in (m.name, *m.aliases)}
+    owner: dict[str, str] = {}
+    issues: list[Issue] = []
+    for index, model in enumerate(fleet.models):
+        if model.lora is None:
+            continue
+        for position, adapter in enumerate(model.lora.adapters):
+            names = [("name", adapter.name)] + [
+                (("aliases", i), alias) for i, alias in enumerate(adapter.aliases)]
+            for where, name in names:
+                loc = ("models", index, "lora", "adapters", position,
+                       *(where if isinstance(where, tuple) else (where,)))
+                if name in models:
+                    issues.append(Issue(
+                        loc, f"adapter name is a name of model {models[name]!r}", name,
+                        "give the adapter its own name: clients pick an adapter or a model "
+                        "by it",
+                    ))
+                elif name in owner and owner[name] != model.name:
+                    issues.append(Issue(
+                        loc, f"adapter name is already used by an adapter of model "
+                        f"{owner[name]!r}", name, "give every adapter a unique name",
+                    ))
+                else:
+                    owner.setdefault(name, model.name)
     return issues
 
 
@@ -211,6 +242,10 @@ def _pipeline(fleet: FleetSpec) -> list[Issue]:
 
 def _routes(fleet: FleetSpec) -> list[Issue]:
     by_name = {model.name: model for model in fleet.models}
+    # A route may split an adapter's traffic over adapters (canary between fine-tunes);
+    # an adapter serves its base model's task.
+    by_name.update({adapter.name: model for model in fleet.models if model.lora is not None
+                    for adapter in model.lora.adapters})
     alias_owner = {alias: m.name for m in fleet.models for alias in m.aliases}
     issues: list[Issue] = []
     routed: dict[str, int] = {}

@@ -124,11 +124,14 @@ def start_vllm(
     max_model_len: int = 512,
     extra_args: Sequence[str] = (),
     wait: bool = True,
+    kv_cache_bytes: str | None = "64M",
+    env: dict[str, str] | None = None,
 ) -> RealEngine:
     """Start `vllm serve MODEL_DIR` with the settings every tier test shares.
 
     `--kv-cache-memory-bytes 64M` keeps the CPU worker from sizing its KV cache from
-    gpu_memory_utilization x total RAM; `--enforce-eager` skips the ~2 min compile.
+    gpu_memory_utilization x total RAM (`kv_cache_bytes=None` lets it, then pass a small
+    `--gpu-memory-utilization` in `extra_args`); `--enforce-eager` skips the ~2 min compile.
     """
     port = port or free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +142,7 @@ def start_vllm(
         "--served-model-name", name,
         "--max-model-len", str(max_model_len),
         "--enforce-eager",
-        "--kv-cache-memory-bytes", "64M",
+        *(["--kv-cache-memory-bytes", kv_cache_bytes] if kv_cache_bytes else []),
         *extra_args,
     ]  # fmt: skip
     with log_path.open("wb") as log:
@@ -148,7 +151,7 @@ def start_vllm(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=engine_env(cores, log_dir / "vllm-cache"),
+            env={**engine_env(cores, log_dir / "vllm-cache"), **(env or {})},
             start_new_session=True,  # its own process group: stop() reaches EngineCore too
         )
     engine = RealEngine(name=name, port=port, process=process, log_path=log_path, argv=argv)

@@ -163,6 +163,11 @@ def engine_container(
         env.update(weights_mount.env)
     elif weights.uses_hf_cache(ctx, inst.model):
         mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_MOUNT})
+    adapters = weights.adapter_mounts(ctx, inst.model)
+    mounts += [a.mount for a in adapters]
+    moved = {a.host_path: a.container_path for a in adapters if a.host_path != a.container_path}
+    if moved:
+        argv = list(engine_for(ctx.fleet.engine.kind).planned(argv).with_lora_paths(moved).argv)
     container: dict[str, Any] = {
         "name": pname,
         "image": ctx.image,
@@ -203,6 +208,8 @@ def pod_spec(ctx: K8sContext, workload: Workload) -> dict[str, Any]:
             hf = True
             volumes.append({"name": "hf-cache",
                             "hostPath": {"path": HF_CACHE_HOST, "type": "DirectoryOrCreate"}})
+    for model in dict.fromkeys(m.model for m in workload.members):
+        volumes += [a.volume for a in weights.adapter_mounts(ctx, model) if a.volume]
     prewarmed = [m for m in workload.models if m in weights.prewarmed_models(ctx)]
     spec: dict[str, Any] = {
         "containers": [engine_container(ctx, workload, i) for i in range(len(workload.members))],

@@ -243,3 +243,52 @@ __all__ = ["HF_CACHE_HOST", "HF_CACHE_MOUNT", "WeightsMount", "copy_script", "en
            "hub_dir", "local_name",
            "prewarm_daemonset", "prewarm_root_volume", "prewarmed_models", "pvc",
            "pvc_models", "uses_hf_cache", "volume_name", "wait_init_container"]
+
+
+ADAPTER_MOUNT = "/adapters"  # where `--weights pvc` mounts each adapter in the container
+ADAPTER_SUBDIR = "lora"  # each adapter's folder on the model's weights volume (pvc)
+
+
+@dataclass(frozen=True)
+class AdapterMount:
+    """One LoRA adapter directory in an engine container."""
+
+    volume: dict[str, Any] | None  # None: it comes from the model's weights volume
+    mount: dict[str, Any]
+    host_path: str  # the adapter's source, as the plan's argv names it
+    container_path: str
+
+
+def adapter_mounts(ctx: K8sContext, model: str) -> list[AdapterMount]:
+    """The model's adapters: `--weights pvc` reads each from the model's own weights volume
+    (`lora/<adapter name>` on it, mounted under /adapters); otherwise each directory is a
+    hostPath at the same path (`prewarm` copies the model only: adapters are small)."""
+    spec = ctx.fleet.model(model)
+    if spec is None or spec.lora is None:
+        return []
+    out: list[AdapterMount] = []
+    for index, adapter in enumerate(spec.lora.adapters):
+        if ctx.options.weights == "pvc":
+            if adapter.name.startswith("/") or ".." in adapter.name.split("/"):
+                raise InferplaneError(
+                    "an adapter name that is not a plain path on the weights volume",
+                    field="models.lora.adapters.name", value=adapter.name,
+                    fix="name it without '..' or a leading '/' (it is lora/<name> on the "
+                        "volume)",
+                )
+            target = f"{ADAPTER_MOUNT}/{object_name(adapter.name, max_chars=63)}-{index}"
+            out.append(AdapterMount(None, {
+                "name": volume_name(model), "mountPath": target,
+                "subPath": f"{ADAPTER_SUBDIR}/{adapter.name}", "readOnly": True,
+            }, adapter.source, target))
+            continue
+        name = object_name(f"lora-{model}-{index}", max_chars=63)
+        out.append(AdapterMount(
+            {"name": name, "hostPath": {"path": adapter.source, "type": "Directory"}},
+            {"name": name, "mountPath": adapter.source, "readOnly": True},
+            adapter.source, adapter.source,
+        ))
+    return out
+
+
+__all__ += ["ADAPTER_MOUNT", "ADAPTER_SUBDIR", "AdapterMount", "adapter_mounts"]

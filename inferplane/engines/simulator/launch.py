@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from inferplane.engines.options import ExtraArgValue, extra_args_argv
+from inferplane.engines.vllm.lora import LoraArgs, module_item
 
 # The `extra_args` a simulated engine honours as vLLM does (they change which requests it
 # accepts); the others tune what the simulator does not model and are not passed.
@@ -50,6 +51,7 @@ class SimLaunchArgs:
     kv_cache_memory_bytes: int | None = None
     extra_args: Mapping[str, ExtraArgValue] = field(default_factory=dict)
     faults: SimFaults | None = None
+    lora: LoraArgs | None = None  # vLLM's LoRA options (engines/vllm/lora.py)
 
 
 def sim_argv(args: SimLaunchArgs, *, python: str = sys.executable) -> tuple[str, ...]:
@@ -76,6 +78,14 @@ def sim_argv(args: SimLaunchArgs, *, python: str = sys.executable) -> tuple[str,
         argv += ["--runner", "pooling"]
     argv += extra_args_argv({flag: value for flag, value in args.extra_args.items()
                              if flag in SIM_EXTRA_FLAGS})
+    lora = args.lora
+    if lora is not None:  # the simulator's CLI takes each adapter as its own option
+        argv += ["--enable-lora", "--max-loras", str(lora.max_loras),
+                 "--max-lora-rank", str(lora.max_lora_rank)]
+        if lora.max_cpu_loras is not None:
+            argv += ["--max-cpu-loras", str(lora.max_cpu_loras)]
+        for module in lora.modules:
+            argv += ["--lora-modules", module_item(module)]
     faults = args.faults
     if faults is not None:
         argv += ["--load-time-s", str(faults.load_time_s), "--fail-rate", str(faults.fail_rate)]

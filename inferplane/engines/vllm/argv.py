@@ -16,6 +16,7 @@ from typing import Any
 
 from inferplane.engines.options import ExtraArgValue, extra_args_argv
 from inferplane.engines.vllm.flags import flag_problem
+from inferplane.engines.vllm.lora import LoraArgs, lora_argv
 from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION, parse_version
 from inferplane.errors import InferplaneError
 
@@ -44,6 +45,7 @@ class VllmArgs:
     task: str = "generate"
     enable_prefix_caching: bool | None = None  # None: vLLM's default
     cudagraph_capture_sizes: tuple[int, ...] | None = None  # shrunk graph sizes (P05)
+    lora: LoraArgs | None = None  # adapters served by this engine (engines/vllm/lora.py)
     extra_args: Mapping[str, ExtraArgValue] = field(default_factory=dict)
 
 
@@ -82,6 +84,8 @@ def build_vllm_argv(
         argv.append("--enforce-eager")
     if args.task == "embed":
         argv += ["--runner", "pooling"] if release >= (0, 10, 2) else ["--task", "embed"]
+    if args.lora is not None:
+        argv += lora_argv(args.lora, args.extra_args)
     extra = dict(args.extra_args)
     if args.enable_prefix_caching is not None and "enable-prefix-caching" not in extra:
         extra["enable-prefix-caching"] = args.enable_prefix_caching

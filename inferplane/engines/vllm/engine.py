@@ -10,6 +10,7 @@ from inferplane.engines.metrics import MetricNames
 from inferplane.engines.vllm.argv import VllmArgs, build_vllm_argv, check_argv
 from inferplane.engines.vllm.defaults import default_batch_limits
 from inferplane.engines.vllm.launch import VllmLaunch, supports_shutdown_timeout, supports_sleep
+from inferplane.engines.vllm.lora import lora_env
 from inferplane.engines.vllm.metrics import VLLM_METRICS
 from inferplane.engines.vllm.multinode import (
     DEFAULT_MASTER_PORT,
@@ -40,7 +41,8 @@ class VllmEngine:
                                     ray_port=ray_port)
         else:
             argvs = [build_vllm_argv(args, version=version)]
-        return [VllmLaunch(tuple(argv)) for argv in argvs]
+        env = lora_env(args.lora)
+        return [VllmLaunch(tuple(argv), dict(env)) for argv in argvs]
 
     def image(self, version: str, *, fallback: str) -> str:
         return f"vllm/vllm-openai:v{version}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 
 from inferplane.engines.options import option_value, with_option
+from inferplane.engines.vllm.lora import modules_in, with_module_paths
 from inferplane.engines.vllm.versions import parse_version
 
 # vLLM drains in-flight requests on SIGTERM for --shutdown-timeout seconds (P27).
@@ -85,6 +86,12 @@ class VllmLaunch:
         if self.flag("shutdown-timeout") is not None:
             return self
         return self._set("shutdown-timeout", str(seconds))
+
+    def lora_paths(self) -> dict[str, str]:
+        return {module.name: module.path for _, module in modules_in(self.argv)}
+
+    def with_lora_paths(self, paths: Mapping[str, str]) -> VllmLaunch:
+        return replace(self, argv=with_module_paths(self.argv, paths))
 
     def with_sleep_mode(self) -> VllmLaunch:
         if self.flag("enable-sleep-mode") is not None:
