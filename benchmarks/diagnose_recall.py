@@ -20,7 +20,7 @@ held-out sets (`held_out_in: heldout` .. `heldout-7`) were measured once, then s
 moved to train; their rows below show where they stand now, not an honest held-out figure
 (their first measurements are in docs/diagnose.md). Fixtures marked `known_miss` are
 measured misses kept in train with their reason.
-Real vLLM logs captured by the real-engine tier (`real-vllm-*.log`) are train too, with
+Real vLLM logs captured by the real-engine tier (`real-cpu-*.log`) are train too, with
 their own row. Run:
 
     python benchmarks/diagnose_recall.py            # markdown tables
@@ -54,7 +54,7 @@ GROUPS = {
     "train: was heldout-5": lambda r: r["held_out_in"] == "heldout-5",
     "train: was heldout-6": lambda r: r["held_out_in"] == "heldout-6",
     "train: was heldout-7": lambda r: r["held_out_in"] == "heldout-7",
-    "train: real-vllm-*": lambda r: r["file"].startswith("real-vllm-"),
+    "train: real-cpu-* (real vLLM)": lambda r: r["file"].startswith("real-cpu-"),
 }
 
 
