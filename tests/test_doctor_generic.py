@@ -168,3 +168,20 @@ def test_no_placeholder_in_random_excerpts(data: st.DataObject) -> None:
     result = diagnose_text("\n".join(lines), source="excerpt")
     for text in _said(result):
         assert not PLACEHOLDER.search(text), text
+
+
+def test_a_traceback_cut_before_its_message_is_classed_by_its_failing_frame() -> None:
+    # ROCm/vllm#390: the log ends inside GroupCoordinator (the hang's cure is in the title)
+    cut = _generic((DATA / "nccl-p2p-hang.rocmvllm390.log").read_text())
+    assert cut is not None and cut.id == "generic:distributed-init"
+    assert "init_model_parallel_group (parallel_state.py:730)" in cut.cause
+    assert "NCCL_P2P_DISABLE=1" in cut.next_step
+    # the same frames with a message: the message decides, not the frame
+    with_message = ((DATA / "nccl-p2p-hang.rocmvllm390.log").read_text()
+                    + "RuntimeError: CUDA error: invalid device ordinal\n")
+    other = _generic(with_message)
+    assert other is not None and other.id != "generic:distributed-init"
+    dtype = _generic('  File "/x/vllm/worker/worker.py", line 231, in _check_if_gpu_supports_dtype')
+    assert dtype is not None and dtype.rule.class_of == "bf16-pre-ampere"
+    heads = _generic("Total number of attention heads must be divisible by tensor parallel size")
+    assert heads is not None and heads.rule.class_of == "tp-heads-not-divisible"

@@ -223,6 +223,8 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
                 f"{ctx.profile.num_kv_heads} KV heads"
     else:
         count = int(got.get("heads") or got.get("kv_heads") or 0)
+        if count == 0:  # the rule quoted without its numbers: nothing to compute from
+            raise ValueError("the log names no head count and no model")
         valid = [d for d in range(1, min(count, 64) + 1) if count % d == 0]
         kind = "attention" if got.get("heads") else "KV"
         heads = f"the {count} {kind} heads"

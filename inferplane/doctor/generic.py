@@ -176,18 +176,34 @@ def phase_reached(lines: list[LogLine]) -> str:
     return PHASES[reached] if reached >= 0 else UNKNOWN_PHASE
 
 
+def _frame_text(line: LogLine) -> str | None:
+    fm = _FRAME.search(line.text)
+    if fm is None:
+        return None
+    where = f"{Path(fm.group('path')).name}:{fm.group('line')}"
+    func = fm.group("func")
+    # `<module>` is Python's name for top-level code; written out, it reads as a template
+    # placeholder
+    return f"top-level code ({where})" if func == "<module>" else f"{func} ({where})"
+
+
+def last_frame(lines: list[LogLine]) -> str | None:
+    """The last traceback frame the log shows: where a traceback cut before its message
+    stopped."""
+    found: str | None = None
+    for line in lines:
+        found = _frame_text(line) or found
+    return found
+
+
 def last_exception(lines: list[LogLine]) -> ExceptionInfo | None:
     """The innermost exception the log ends with, and the frame it was raised in."""
     found: ExceptionInfo | None = None
     frame: str | None = None
     for line in lines:
-        fm = _FRAME.search(line.text)
-        if fm is not None:
-            where = f"{Path(fm.group('path')).name}:{fm.group('line')}"
-            func = fm.group("func")
-            # `<module>` is Python's name for top-level code; written out, it reads as a
-            # template placeholder
-            frame = f"top-level code ({where})" if func == "<module>" else f"{func} ({where})"
+        text = _frame_text(line)
+        if text is not None:
+            frame = text
             continue
         em = _EXCEPTION.search(line.text)
         if em is not None and not line.text.startswith(("File ", "raise ", "return ")):
@@ -250,7 +266,8 @@ def classify(lines: list[LogLine], rules: tuple[GenericRule, ...] | None = None
             "phase": phase,
             "exception": f"{exc.name}: {exc.message}" if exc and exc.message else
             (exc.name if exc else "an error the log does not name"),
-            "frame": exc.frame if exc and exc.frame else "a frame the log does not show",
+            "frame": exc.frame if exc and exc.frame else
+            (last_frame(lines) or "a frame the log does not show"),
             "code": _code_text(codes),
         }
         unique: list[LogLine] = []
