@@ -31,6 +31,8 @@ from inferplane.sim.timing import DEFAULT_CALIBRATION, Calibration, calibration_
 
 ROOT = Path(__file__).resolve().parent.parent
 POINTS = ROOT / "benchmarks" / "data" / "published_serving.json"
+# Further harvests, each with its own sources and split rule (benchmarks/harvest_iog.py).
+MORE_POINTS = (ROOT / "benchmarks" / "data" / "published_serving_iog.json",)
 SHAREGPT = ROOT / "benchmarks" / "data" / "vllm_concurrency.json"
 MODELS = ROOT / "tests" / "data" / "models"
 METRICS = ("ttft", "tpot", "throughput")
@@ -58,8 +60,16 @@ class Row:
 
 
 def load_points() -> list[dict[str, Any]]:
-    points: list[dict[str, Any]] = json.loads(POINTS.read_text())["points"]
+    points: list[dict[str, Any]] = []
+    for path in (POINTS, *MORE_POINTS):
+        points += json.loads(path.read_text())["points"]
     return points
+
+
+def split_rules() -> str:
+    """Every data file's split rule, named by file."""
+    return "; ".join(f"{path.name}: {json.loads(path.read_text()).get('split_rule', '')}"
+                     for path in (POINTS, *MORE_POINTS))
 
 
 @lru_cache(maxsize=1)
@@ -153,8 +163,10 @@ def replay(point: dict[str, Any], calibration: Calibration | None = None) -> Row
         KvCapacity(m.num_gpu_blocks, m.block_size, m.max_num_seqs, m.max_num_batched_tokens),
         parts.timing,
     )
-    result = run_workload(core, workload(point),
-                          max_concurrency=point["workload"]["max_concurrency"])
+    w = point["workload"]
+    result = run_workload(core, workload(point), max_concurrency=w["max_concurrency"],
+                          request_rate=w.get("request_rate"),
+                          poisson_seed=0 if w.get("arrivals") == "poisson" else None)
     measured = point["measured"]
     published = {"ttft": measured["mean_ttft_ms"], "tpot": measured["median_tpot_ms"],
                  "throughput": measured["output_throughput_tok_s"]}
@@ -308,8 +320,8 @@ def bands_document(rows: list[Row], skipped: list[str]) -> dict[str, Any]:
         "description": "Held-out error of the simulator's timing against published vLLM "
                        "runs; written by `python benchmarks/sim_fidelity.py --only published "
                        "--write-bands`. Per (GPU, family): median and max |error| in %.",
-        "data": "benchmarks/data/published_serving.json",
-        "split": json.loads(POINTS.read_text()).get("split_rule", ""),
+        "data": ", ".join(str(p.relative_to(ROOT)) for p in (POINTS, *MORE_POINTS)),
+        "split": split_rules(),
         "overall": overall,
         "groups": group_summary(rows),
         "formats": {k: sorted(v) for k, v in sorted(formats.items())},

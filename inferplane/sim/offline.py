@@ -1,7 +1,8 @@
 """Run a workload through an `EngineCore` on a simulated clock (no sleeping, no HTTP).
 
 Used by the fidelity benchmark and by tests that need deterministic timing. Mirrors
-`vllm bench serve`: requests arrive all at once (`request_rate=inf`), at a fixed rate, or
+`vllm bench serve`: requests arrive all at once (`request_rate=inf`), at a fixed rate
+(evenly spaced or as a Poisson process), or
 are issued by `max_concurrency` closed-loop clients. The timing model's per-request serving
 cost (`request_overhead_s`, outside the GPU's steps) is what a client sees on top: it
 adds to each TTFT, and a closed-loop client sends its next request that much after the
@@ -11,6 +12,7 @@ engine finished the last one; the run ends when the last client saw its last tok
 from __future__ import annotations
 
 import heapq
+import random
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -52,9 +54,13 @@ def run_workload(
     *,
     max_concurrency: int | None = None,
     request_rate: float | None = None,
+    poisson_seed: int | None = None,
 ) -> WorkloadResult:
-    """Simulate `items` to completion; `request_rate=None` means all arrive at t=0."""
+    """Simulate `items` to completion; `request_rate=None` means all arrive at t=0.
+    With `poisson_seed` the gaps between arrivals are exponential with mean 1/rate
+    (`vllm bench serve --burstiness 1`), seeded; else they are exactly 1/rate."""
     pending = deque(items)
+    rng = random.Random(poisson_seed)
     overhead = core.timing.request_overhead_s
     now = 0.0
     next_arrival = 0.0
@@ -87,7 +93,8 @@ def run_workload(
                 admit(now)
             elif next_arrival <= now:
                 admit(next_arrival)
-                next_arrival += 1.0 / request_rate
+                next_arrival += (rng.expovariate(request_rate) if poisson_seed is not None
+                                 else 1.0 / request_rate)
             else:
                 break
         if not core.has_work:
