@@ -48,6 +48,17 @@ def synthetic_prompt(length: int, seed: int) -> list[int]:
     return [(seed * 1_000_003 + i * 7919) % 50_000 for i in range(length)]
 
 
+def _arrival_gaps(n: int, rate: float | None, seed: int | None) -> list[float]:
+    if rate is None or n == 0:
+        return [0.0] * n
+    if seed is None:
+        return [1.0 / rate] * n
+    rng = random.Random(seed)
+    raw = [rng.expovariate(rate) for _ in range(n)]
+    scale = n / rate / sum(raw)
+    return [g * scale for g in raw]
+
+
 def run_workload(
     core: EngineCore,
     items: list[WorkItem],
@@ -57,10 +68,11 @@ def run_workload(
     poisson_seed: int | None = None,
 ) -> WorkloadResult:
     """Simulate `items` to completion; `request_rate=None` means all arrive at t=0.
-    With `poisson_seed` the gaps between arrivals are exponential with mean 1/rate
-    (`vllm bench serve --burstiness 1`), seeded; else they are exactly 1/rate."""
+    With `poisson_seed` the gaps between arrivals are exponential (`vllm bench serve
+    --burstiness 1`), seeded, and scaled to average exactly 1/rate (so one draw does not
+    shift the run's throughput by its own luck); else they are exactly 1/rate."""
     pending = deque(items)
-    rng = random.Random(poisson_seed)
+    gaps = _arrival_gaps(len(items), request_rate, poisson_seed)
     overhead = core.timing.request_overhead_s
     now = 0.0
     next_arrival = 0.0
@@ -93,8 +105,7 @@ def run_workload(
                 admit(now)
             elif next_arrival <= now:
                 admit(next_arrival)
-                next_arrival += (rng.expovariate(request_rate) if poisson_seed is not None
-                                 else 1.0 / request_rate)
+                next_arrival += gaps[len(items) - len(pending) - 1]
             else:
                 break
         if not core.has_work:
