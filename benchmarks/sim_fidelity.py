@@ -290,12 +290,15 @@ def published(split: str, fit_rounds: int, write_bands: bool) -> None:
     points = pf.load_points()
     calibrations = None
     if fit_rounds:
+        # Generations with fit runs only: the others keep their borrowed constants.
         start = {g: GENERATION_CALIBRATION.get(g, DEFAULT_CALIBRATION)
-                 for g in sorted({pf.gpu_generation(p) for p in points})}
+                 for g in sorted({pf.gpu_generation(p) for p in points if p["split"] == "fit"})}
         calibrations = pf.fit([p for p in points if p["split"] == "fit"], start, fit_rounds)
         print("fitted (paste into GENERATION_CALIBRATION):")
         for g, cal in calibrations.items():
             print(f"  {g}: {cal!r}")
+        print(f"  serving paths (paste into published_fidelity.PATH_OVERHEAD_S): "
+              f"{pf.PATH_OVERHEAD_S}")
     chosen = [p for p in points if split == "all" or p["split"] == split]
     rows, skipped = pf.print_report(pf.replay_all(chosen, calibrations), split)
     if write_bands:

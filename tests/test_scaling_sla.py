@@ -49,6 +49,44 @@ def test_replicas_grow_with_the_rate_and_meet_both_targets() -> None:
                     itl_target_s=None).replicas == 0
 
 
+def test_the_per_request_overhead_adds_to_ttft_and_can_make_a_target_unreachable() -> None:
+    from dataclasses import replace
+    slow_api = replace(TOY, request_overhead_s=0.2)
+    for rate in (0.5, 5, 20):
+        plain = estimate(TOY, rate=rate, prompt_tokens=500, output_tokens=100,
+                         ttft_target_s=None, itl_target_s=0.05)
+        paid = estimate(slow_api, rate=rate, prompt_tokens=500, output_tokens=100,
+                        ttft_target_s=None, itl_target_s=0.05)
+        # outside the GPU: the same replicas and throughput, TTFT exactly 0.2 s later
+        assert paid.replicas == plain.replicas
+        assert paid.throughput_per_replica == plain.throughput_per_replica
+        assert paid.ttft_s == pytest.approx(plain.ttft_s + 0.2)
+    # a target the overhead alone nearly fills needs more replicas (less queueing left)
+    roomy = estimate(TOY, rate=20, prompt_tokens=500, output_tokens=100, ttft_target_s=0.3,
+                     itl_target_s=0.05)
+    tight = estimate(slow_api, rate=20, prompt_tokens=500, output_tokens=100,
+                     ttft_target_s=0.3, itl_target_s=0.05)
+    assert tight.replicas > roomy.replicas and tight.ttft_s <= 0.3
+    # below the overhead no replica count helps: the estimate runs to max_replicas
+    never = estimate(slow_api, rate=1, prompt_tokens=500, output_tokens=100,
+                     ttft_target_s=0.15, itl_target_s=None, max_replicas=7)
+    assert never.replicas == 7 and never.ttft_s > 0.15
+
+
+def test_the_simulators_replica_model_carries_its_request_overhead() -> None:
+    from inferplane.gpus import lookup_gpu
+    from inferplane.sim.formats import generation
+    from inferplane.sim.timing import calibration_for
+    model = replica_model_for(None, "demo", gpu="H100-SXM-80GB", tp=1, max_num_seqs=64,
+                              max_model_len=4096)
+    gpu = lookup_gpu("H100-SXM-80GB")
+    expected = calibration_for(gpu.name, gpu_generation=generation(gpu)).request_overhead_s
+    assert model.request_overhead_s == expected
+    e = estimate(model, rate=0, prompt_tokens=100, output_tokens=10, ttft_target_s=None,
+                 itl_target_s=None)
+    assert e.ttft_s == pytest.approx(model.prefill_s(100) + expected)
+
+
 def test_a_tighter_itl_target_shrinks_the_batch_and_needs_more_replicas() -> None:
     loose = estimate(TOY, rate=20, prompt_tokens=500, output_tokens=100, ttft_target_s=None,
                      itl_target_s=0.08)

@@ -107,8 +107,15 @@ def test_bands_name_what_no_data_backs() -> None:
     assert any("B200" in m for m in b200.missing)
     assert any("fp4 weights on blackwell" in m for m in b200.missing)
     assert any("not validated" in line for line in b200.lines())
-    # A Hopper GPU with no runs of its own quotes its generation's band and says so.
-    pcie = band_for(lookup_gpu("H100-PCIE-80GB"), "dense", "bf16")
-    assert generation(lookup_gpu("H100-PCIE-80GB")) in pcie.statement
-    assert "not on H100-PCIE-80GB itself" in pcie.statement
-    assert any("H100-PCIE-80GB" in m for m in pcie.missing)
+    # GPUs with held-out runs of their own (a datacenter PCIe card, a consumer card).
+    for name in ("H100-PCIE-80GB", "RTX-4090"):
+        own = band_for(lookup_gpu(name), "dense", "bf16")
+        assert f"{name} dense" in own.statement and not own.missing, name
+        assert any(f"moe models on {name}" in m
+                   for m in band_for(lookup_gpu(name), "moe", "bf16").missing)
+    # A GPU with no runs of its own quotes its generation's band and says so.
+    for name, gen in (("H100-NVL-94GB", "hopper"), ("L40S", "ada")):
+        other = band_for(lookup_gpu(name), "dense", "bf16")
+        assert generation(lookup_gpu(name)) == gen
+        assert gen in other.statement and f"not on {name} itself" in other.statement
+        assert any(name in m for m in other.missing)

@@ -88,8 +88,9 @@ def test_formats_and_generations() -> None:
 
 
 def test_generation_constants_cover_gpus_without_their_own() -> None:
-    assert {"hopper", "ampere"} <= set(GENERATION_CALIBRATION)
+    assert {"hopper", "ampere", "ada"} <= set(GENERATION_CALIBRATION)
     assert calibration_source(lookup_gpu("H100-PCIE-80GB")) == "generation"
+    assert calibration_source(lookup_gpu("RTX-4090")) == "generation"  # fitted on 4090 runs
     assert calibration_source(lookup_gpu("B200")) == "nearest generation"
     b200 = _timing("Qwen--Qwen3-8B", gpu="B200")  # no Blackwell runs: Hopper's factors
     assert b200.calibration == GENERATION_CALIBRATION["hopper"]

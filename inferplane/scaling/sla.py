@@ -8,7 +8,12 @@ step of `b` sequences with their context costs `step_s(b)`, a prompt's prefill
 - the largest batch `b` whose step time (x the online correction) meets the ITL target
   gives one replica's throughput `b / (prefill + output x itl)` requests/s;
 - replicas `n = ceil(rate / (throughput x 0.8))` (a queueing margin), raised until the
-  predicted TTFT `prefill / (1 - rho)` (rho the utilization at n) meets the TTFT target.
+  predicted TTFT `overhead + prefill / (1 - rho)` (rho the utilization at n) meets the
+  TTFT target. `overhead` is the timing model's per-request serving cost
+  (`request_overhead_s`: HTTP, tokenization, the first streamed chunk), paid outside the
+  GPU's steps: it neither queues nor takes a batch slot, and no replica count removes
+  it, so a TTFT target below it is never met (the estimate says so by reaching
+  `max_replicas`).
 
 The rate and mix are measured at the gateway over the last `max(2 x scale_up_window_s,
 2 s)` (arrivals: finished plus the change in flight and queued). The correction is
@@ -35,6 +40,7 @@ class ReplicaModel:
     step_s: Callable[[int, int], float]  # (decode seqs, context tokens summed) -> seconds
     prefill_s: Callable[[int], float]  # prompt tokens -> seconds
     max_num_seqs: int
+    request_overhead_s: float = 0.0  # per request, outside the engine's steps
 
 
 @dataclass(frozen=True)
@@ -61,13 +67,14 @@ def estimate(model: ReplicaModel, *, rate: float, prompt_tokens: float,
             break
     itl = model.step_s(batch, batch * context) * correction
     throughput = batch / (prefill + output * itl)
+    overhead = model.request_overhead_s
     if rate <= 0:
-        return Estimate(0, batch, itl, prefill, throughput)
+        return Estimate(0, batch, itl, overhead + prefill, throughput)
     n = max(1, math.ceil(rate / (throughput * UTILIZATION)))
-    ttft = prefill
+    ttft = overhead + prefill
     while n <= max_replicas:
         rho = rate / (n * throughput) if n else 0.0
-        ttft = prefill / (1 - rho) if rho < 1 else math.inf
+        ttft = overhead + prefill / (1 - rho) if rho < 1 else math.inf
         if ttft_target_s is None or ttft <= ttft_target_s:
             break
         n += 1
@@ -98,7 +105,8 @@ def replica_model_for(model_dir: str | None, served: str, *, gpu: str, tp: int,
     def prefill_s(tokens: int) -> float:
         return timing.step_time_s(StepShape(tokens, 0, tokens, tokens * (tokens + 1) // 2, 1))
 
-    return ReplicaModel(step_s, prefill_s, parts.memory.max_num_seqs)
+    return ReplicaModel(step_s, prefill_s, parts.memory.max_num_seqs,
+                        request_overhead_s=timing.request_overhead_s)
 
 
 def histogram(text: str, name: str) -> tuple[dict[float, float], float, float]:

@@ -1,7 +1,8 @@
 """Run a workload through an `EngineCore` on a simulated clock (no sleeping, no HTTP).
 
 Used by the fidelity benchmark and by tests that need deterministic timing. Mirrors
-`vllm bench serve`: requests arrive all at once (`request_rate=inf`), at a fixed rate, or
+`vllm bench serve`: requests arrive all at once (`request_rate=inf`), at a fixed rate
+(evenly spaced or as a Poisson process), or
 are issued by `max_concurrency` closed-loop clients. The timing model's per-request serving
 cost (`request_overhead_s`, outside the GPU's steps) is what a client sees on top: it
 adds to each TTFT, and a closed-loop client sends its next request that much after the
@@ -11,6 +12,7 @@ engine finished the last one; the run ends when the last client saw its last tok
 from __future__ import annotations
 
 import heapq
+import random
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -46,15 +48,31 @@ def synthetic_prompt(length: int, seed: int) -> list[int]:
     return [(seed * 1_000_003 + i * 7919) % 50_000 for i in range(length)]
 
 
+def _arrival_gaps(n: int, rate: float | None, seed: int | None) -> list[float]:
+    if rate is None or n == 0:
+        return [0.0] * n
+    if seed is None:
+        return [1.0 / rate] * n
+    rng = random.Random(seed)
+    raw = [rng.expovariate(rate) for _ in range(n)]
+    scale = n / rate / sum(raw)
+    return [g * scale for g in raw]
+
+
 def run_workload(
     core: EngineCore,
     items: list[WorkItem],
     *,
     max_concurrency: int | None = None,
     request_rate: float | None = None,
+    poisson_seed: int | None = None,
 ) -> WorkloadResult:
-    """Simulate `items` to completion; `request_rate=None` means all arrive at t=0."""
+    """Simulate `items` to completion; `request_rate=None` means all arrive at t=0.
+    With `poisson_seed` the gaps between arrivals are exponential (`vllm bench serve
+    --burstiness 1`), seeded, and scaled to average exactly 1/rate (so one draw does not
+    shift the run's throughput by its own luck); else they are exactly 1/rate."""
     pending = deque(items)
+    gaps = _arrival_gaps(len(items), request_rate, poisson_seed)
     overhead = core.timing.request_overhead_s
     now = 0.0
     next_arrival = 0.0
@@ -87,7 +105,7 @@ def run_workload(
                 admit(now)
             elif next_arrival <= now:
                 admit(next_arrival)
-                next_arrival += 1.0 / request_rate
+                next_arrival += gaps[len(items) - len(pending) - 1]
             else:
                 break
         if not core.has_work:

@@ -101,13 +101,18 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 # Quantized weights on Ampere run through weight-only (Marlin-style) kernels: fp8 0.19.
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
-        bandwidth_efficiency=0.785, compute_efficiency=0.270, step_overhead_s=0.001,
-        per_seq_overhead_s=1.0e-5, request_overhead_s=0.0457, moe_kernel_efficiency=0.428,
-        moe_compute_efficiency=1.15, format_efficiency=(("fp8", 0.36), ("mxfp4", 0.539)),
+        bandwidth_efficiency=0.785, compute_efficiency=0.443, step_overhead_s=0.001,
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.413,
+        moe_compute_efficiency=0.850, format_efficiency=(("fp8", 0.325), ("mxfp4", 0.496)),
     ),
     "ampere": Calibration(
         bandwidth_efficiency=0.65, compute_efficiency=0.559, step_overhead_s=0.0005,
-        per_seq_overhead_s=1.0e-5, request_overhead_s=0.0457, moe_kernel_efficiency=0.269,
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.269,
+        moe_compute_efficiency=0.522, format_efficiency=(("fp8", 0.183), ("mxfp4", 0.903)),
+    ),
+    "ada": Calibration(
+        bandwidth_efficiency=0.878, compute_efficiency=0.681, step_overhead_s=0.0005,
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.269,
         moe_compute_efficiency=0.639, format_efficiency=(("fp8", 0.192), ("mxfp4", 0.696)),
     ),
 }
@@ -116,7 +121,7 @@ GENERATION_CALIBRATION: dict[str, Calibration] = {
 # A generation without published runs borrows the nearest fitted one's factors (applied
 # to its own peak bandwidth and FLOPs from the catalog); error_bands warns that no run
 # backs it.
-NEAREST_GENERATION = {"blackwell": "hopper", "ada": "ampere", "turing": "ampere",
+NEAREST_GENERATION = {"blackwell": "hopper", "turing": "ampere",
                       "volta": "ampere", "unknown": "hopper"}
 
 
