@@ -142,7 +142,8 @@ def summarize(raw: Path, top: int) -> str:
         self_time[re.sub(r":\d+\)$", ")", leaf)] += n
     if not total:
         return "  (no on-CPU samples)\n"
-    lines = [f"  on-CPU samples: {total}", "  stage (each sample charged to its innermost matching frame):"]
+    lines = [f"  on-CPU samples: {total}",
+             "  stage (each sample charged to its innermost matching frame):"]
     for name, _ in STAGES:
         if stages[name]:
             lines.append(f"    {stages[name] / total:6.1%}  {name}")
