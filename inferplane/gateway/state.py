@@ -56,9 +56,17 @@ class GatewayState:
         self._weighted: dict[str, WeightedChooser] = {
             r.name: WeightedChooser(r.targets) for r in config.routes
         }
+        # Per-key overrides (tenancy's DB routes): key id -> client-facing name -> split.
+        self._per_key: dict[str, dict[str, WeightedChooser]] = {}
 
-    def resolve(self, name: str) -> Pool | None:
-        """The pool serving a client-facing name (model, alias or weighted route)."""
+    def resolve(self, name: str, key_id: str | None = None) -> Pool | None:
+        """The pool serving a client-facing name (model, alias or weighted route) for the
+        API key `key_id`: the key's own override of that name first. The one place a
+        name becomes a pool."""
+        if key_id is not None and self._per_key:
+            chooser = self._per_key.get(key_id, {}).get(name)
+            if chooser is not None:
+                return self.pools.get(chooser.choose())
         pool = self._by_name.get(name)
         if self._weighted:
             # A route named after a model also splits that model's aliases.
@@ -99,6 +107,10 @@ class GatewayState:
 
     def backends(self, model: str) -> list[Backend]:
         return list(self._pool(model).backends)
+
+    def set_key_routes(self, per_key: dict[str, dict[str, WeightedChooser]]) -> None:
+        """Replace every per-key override (key id -> name -> weighted targets)."""
+        self._per_key = per_key
 
     def clear_weights(self, route: str) -> None:
         """Drop a weighted route; its name resolves as a plain model name again."""

@@ -34,16 +34,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from inferplane.errors import InferplaneError
+from inferplane.gateway.asgi import Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
-Receive = Callable[[], Awaitable[Message]]
 Handler = Callable[[Scope, Receive, Send, str, "RequestTrace"], Awaitable[None]]
 
 DEFAULT_SERVICE_NAME = "inferplane-gateway"
