@@ -111,6 +111,17 @@ def wrk(harness: Path, port: int, key: str, seconds: int, conc: int) -> float:
     return int(m.group(1)) / (int(m.group(2)) / 1e6)
 
 
+def _idle_thread_leaves() -> set[str]:
+    """aiosqlite's worker waiting on its queue (`tx.get()`): py-spy samples it as running."""
+    try:
+        import aiosqlite.core as core
+    except ImportError:
+        return set()
+    lines = Path(core.__file__).read_text().splitlines()
+    return {f"_connection_worker_thread (aiosqlite/core.py:{i})"
+            for i, text in enumerate(lines, 1) if "tx.get()" in text}  # fmt: skip
+
+
 def _stage(frames: list[str]) -> str:
     if frames[-1].startswith(("Runner.run ", "run_until_complete ", "asyncio_run ")):
         return STAGES[-1][0]  # uvloop's own C code (callbacks, reads): no Python frame
@@ -126,6 +137,7 @@ def summarize(raw: Path, top: int) -> str:
     stages: collections.Counter[str] = collections.Counter()
     self_time: collections.Counter[str] = collections.Counter()
     total = 0
+    idle_leaves = _idle_thread_leaves()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -135,8 +147,8 @@ def summarize(raw: Path, top: int) -> str:
         leaf = frames[-1]
         if leaf.startswith(("select (", "poll (", "epoll_wait", "run_forever")) or (
             "_run_once" in leaf and "base_events" in leaf
-        ):
-            continue  # idle in the event loop: not the request's cost
+        ) or leaf in idle_leaves:
+            continue  # idle in the event loop or a worker thread: not the request's cost
         total += n
         stages[_stage(frames)] += n
         self_time[re.sub(r":\d+\)$", ")", leaf)] += n
