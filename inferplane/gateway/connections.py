@@ -43,7 +43,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inferplane.gateway.config import ConnectionLimits
 from inferplane.gateway.errors import error_body
-from inferplane.gateway.onewrite import adopt
 
 LINGER_S = 2.0  # how long a refused connection may keep sending before it is closed
 MAX_LINGERING = 64  # refused connections waiting out LINGER_S; beyond: closed at once
@@ -246,7 +245,6 @@ class GuardedProtocol(HttpToolsProtocol):
             raise _HeadTooLarge  # uvicorn answers parser errors with send_400_response
         self.body_at = self.body_since = self.guard.now
         super().on_headers_complete()
-        adopt(self.cycle)  # one write per whole response (onewrite.py)
 
     def _head_size(self) -> int:
         return len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
