@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 import orjson
@@ -34,7 +34,7 @@ from inferplane.gateway.admit import admit
 from inferplane.gateway.asgi import Receive, Scope, Send, header, respond
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.config import GatewayConfig
-from inferplane.gateway.connections import Connections, ConnectionsCollector
+from inferplane.gateway.connections import CONNECTION, Connections, ConnectionsCollector
 from inferplane.gateway.errors import ClientError, error_body
 from inferplane.gateway.forward import Forwarder
 from inferplane.gateway.health import PassiveHealth
@@ -73,15 +73,14 @@ __all__ = ["MODEL_PATHS", "GatewayApp", "build_app", "usage_from"]
 _GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
-async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any], rec: Record) -> None:
+async def _watch_disconnect(receive: Receive, rec: Record) -> None:
     # After the request body, receive() only returns when the client goes away (or, with
-    # uvicorn, once the response is complete; `finished` tells the two apart).
+    # uvicorn, once the response is complete; `finished` tells the two apart). Only for
+    # servers other than the gateway's own (its protocol calls `on_lost`: no task).
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            if not rec.finished:
-                rec.disconnected = True
-                task.cancel()
+            rec.client_gone()
             return
 
 
@@ -362,7 +361,13 @@ class GatewayApp:
             others = [b for b in pool.backends if b.url != owner.url]
         task = asyncio.current_task()
         assert task is not None
-        watcher = loop.create_task(_watch_disconnect(receive, task, rec))
+        rec.task = task
+        guarded = scope.get(CONNECTION)
+        watcher: asyncio.Task[None] | None = None
+        if guarded is not None:
+            guarded.on_lost = rec.client_gone
+        else:
+            watcher = loop.create_task(_watch_disconnect(receive, rec))
         try:
             # A continuation goes to the replica holding its previous response when that
             # one has a free slot; otherwise it is balanced as usual (and that replica
@@ -393,7 +398,9 @@ class GatewayApp:
         finally:
             # account
             rec.finished = True
-            if not watcher.done():
+            if guarded is not None:
+                guarded.on_lost = None
+            elif watcher is not None and not watcher.done():
                 watcher.cancel()
             if rec.backend is not None:
                 pool.release(rec.backend)

@@ -7,9 +7,10 @@ also for a request that was cancelled half-way.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from inferplane.gateway.backend import Backend
@@ -56,6 +57,7 @@ class Record:
         "started",
         "status",
         "stripper",
+        "task",
         "trace",
         "trace_headers",
         "ttft",
@@ -84,3 +86,11 @@ class Record:
         self.disconnected = False
         self.trace: RequestTrace | None = None  # tracing on: this request's spans
         self.trace_headers = b""  # tracing off: the client's traceparent/tracestate lines
+        self.task: asyncio.Task[Any] | None = None  # the request's own task
+
+    def client_gone(self) -> None:
+        """The client disconnected: cancel the request unless its answer is going out
+        already (then the disconnect is the normal end of the exchange)."""
+        if not self.finished and self.task is not None:
+            self.disconnected = True
+            self.task.cancel()
