@@ -9,6 +9,9 @@ a shared VM swing by ±15%. This is how each hot-path step of issue 29 was measu
     python benchmarks/gateway_ab.py --ref HEAD~1 [--tenancy] [--rounds 3] [--duration 8]
                                     [--concurrency 32] [--stream]
     python benchmarks/gateway_ab.py --ref HEAD --control   # the method's own bias (~1.00)
+    # tracing with sample_ratio 0 (B) vs tracing off (A), same code:
+    python benchmarks/gateway_ab.py --ref HEAD --control --env-b \
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9 OTEL_TRACES_SAMPLER_ARG=0"
 
 Tenancy: a key with RPM/TPM/concurrency limits far too high to trigger, in-memory
 limiter, each gateway its own fresh SQLite usage ledger. Needs node and wrk (see
@@ -72,6 +75,14 @@ def rps(proc: subprocess.Popen[str], seconds: int) -> float:
     sys.exit(f"the load generator printed no summary:\n{out[-2000:]}")
 
 
+def _pairs(text: str) -> dict[str, str]:
+    pairs = dict(item.split("=", 1) for item in text.split() if "=" in item)
+    bad = [item for item in text.split() if "=" not in item]
+    if bad:
+        sys.exit(f"--env/--env-b: {bad[0]!r} is not K=V")
+    return pairs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ref", default="HEAD", help="git ref of gateway A (baseline)")
@@ -83,6 +94,8 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true", help="streaming requests")
     parser.add_argument("--control", action="store_true", help="B is the ref too")
     parser.add_argument("--gateway-args", default="", help="extra flags for both gateways")
+    parser.add_argument("--env", default="", help="K=V ... for both gateways")
+    parser.add_argument("--env-b", default="", help="K=V ... for gateway B only (after --env)")
     args = parser.parse_args()
     ensure_tools()
     with tempfile.TemporaryDirectory(prefix="gw-ab-") as tmp_s:
@@ -110,7 +123,9 @@ def main() -> None:
                     argv += ["--tenancy", "--db", db]
                 else:
                     argv += ["--no-tenancy"]
-                genv = {**env, "PYTHONPATH": str(tree)}
+                genv = {**env, "PYTHONPATH": str(tree), **_pairs(args.env)}
+                if name == "B":
+                    genv.update(_pairs(args.env_b))
                 procs.append(pinned(0, argv, tmp / f"gateway-{name}.log", genv, tree))
             for port in ports.values():
                 wait_ready(port)
