@@ -36,23 +36,11 @@ class Accounting:
         if rec.prompt_tokens or rec.completion_tokens:
             self.metrics.add_tokens(route.name, rec.prompt_tokens, rec.completion_tokens)
         if self.access_log is not None:
-            self.access_log.write(
-                {
-                    "request_id": rid.decode("latin-1"),
-                    # when it arrived, so `inferplane trace` can put the phases on a clock
-                    "received_at": round(time.time() - total, 6),
-                    "model": route.name,
-                    "replica": replica,
-                    "status": rec.status,
-                    "prompt_tokens": rec.prompt_tokens,
-                    "completion_tokens": rec.completion_tokens,
-                    "admission_s": round(rec.admitted_s, 6),
-                    "queue_wait_s": round(rec.queue_wait, 6),
-                    "upstream_ttft_s": round(rec.ttft, 6),
-                    "total_s": round(total, 6),
-                    "retries": rec.retries,
-                }
-            )
+            self.access_log.served((
+                rid, time.time() - total, route.name, replica, rec.status, rec.prompt_tokens,
+                rec.completion_tokens, rec.admitted_s, rec.queue_wait, rec.ttft, total,
+                rec.retries,
+            ))  # fmt: skip
 
     def refused(
         self, rid: bytes, model: str, status: int, requested: str | None = None

@@ -18,21 +18,23 @@ if TYPE_CHECKING:
     from inferplane.tenancy.service import Admission, Rejection, Tenancy
 
 
-class Verdict(NamedTuple):
-    decision: Admission | Rejection
-    reserved: int  # what tenancy charged: prompt estimate + output reservation
+class Reservation(NamedTuple):
+    total: int  # prompt estimate + output reservation: what admission charges
+    output: int  # the most the request may generate (n × max_tokens)
     prompt_estimate: int
 
 
-async def admit(
-    tenancy: Tenancy, state: GatewayState, auth: bytes | None, model: str,
-    data: dict[str, Any], body: bytes, path: str,
-) -> Verdict:  # fmt: skip
+def reservation(
+    state: GatewayState, model: str, data: dict[str, Any], body: bytes, path: str
+) -> Reservation:
     prompt_est = estimate_prompt_tokens(body)
     out = output_reservation(data, path, state.max_tokens_cap(model))
-    est = prompt_est + out
-    if tenancy.sync_limits:
-        decision = tenancy.admit_now(auth, model, est, out)
-    else:
-        decision = await tenancy.admit(auth, model, est, out)
-    return Verdict(decision, est, prompt_est)
+    return Reservation(prompt_est + out, out, prompt_est)
+
+
+async def admit(
+    tenancy: Tenancy, auth: bytes | None, model: str, need: Reservation
+) -> Admission | Rejection:
+    """The decision with a shared (Redis) limiter; in memory `Tenancy.admit_now` decides
+    without awaiting, and the proxy calls it directly."""
+    return await tenancy.admit(auth, model, need.total, need.output)

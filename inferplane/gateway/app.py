@@ -30,7 +30,7 @@ from inferplane.gateway.accept import Acceptor
 from inferplane.gateway.accesslog import AccessLog
 from inferplane.gateway.account import Accounting, tenancy_done
 from inferplane.gateway.admission import BATCH
-from inferplane.gateway.admit import admit
+from inferplane.gateway.admit import admit, reservation
 from inferplane.gateway.asgi import Receive, Scope, Send, header, respond
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.config import GatewayConfig
@@ -289,9 +289,12 @@ class GatewayApp:
         prompt_est = 0
         tenancy = self.tenancy
         if tenancy is not None:
-            decision, est, prompt_est = await admit(
-                tenancy, self.state, auth, model, data, body, path
-            )
+            need = reservation(self.state, model, data, body, path)
+            est, prompt_est = need.total, need.prompt_estimate
+            if tenancy.sync_limits:  # limits in memory: no await, no coroutine
+                decision = tenancy.admit_now(auth, model, est, need.output)
+            else:
+                decision = await admit(tenancy, auth, model, need)
             if not hasattr(decision, "lease"):  # a Rejection (401/403/429)
                 await respond(send, decision.status, decision.body(), rid,
                               extra=decision.headers)  # fmt: skip

@@ -259,6 +259,22 @@ class UpstreamClient:
                 b"\r\n",
             )
         )
+        # The common case inline (an idle keep-alive connection): one coroutine fewer.
+        while ep.idle:
+            conn = ep.idle.pop()
+            if conn.closed:
+                continue
+            try:
+                conn.send(head, body)
+                await conn.wait_headers()
+                return conn
+            except UpstreamError:
+                conn.close()
+                if conn.got_data or isinstance(conn.error, ReplicaEjected):
+                    raise  # (an ejected replica: retry elsewhere, not on a new connection)
+            except BaseException:
+                conn.close()
+                raise
         return await self._exchange(ep, head, body, connect_timeout_s)
 
     async def request(
