@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -38,13 +37,12 @@ from inferplane.console.usage import usage_view
 from inferplane.console.views import fleet_view, logs_view, models_view
 from inferplane.errors import InferplaneError
 from inferplane.gateway.redact import redact_url
+from inferplane.gateway.asgi import Receive, Scope, Send
+from inferplane.gateway.errors import openai_error
 
 if TYPE_CHECKING:
     from inferplane.gateway.app import GatewayApp
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger("inferplane.console")
 
@@ -67,8 +65,7 @@ MAX_FORM_BYTES = 4096
 
 def _error(status: int, message: str, param: str | None = None) -> bytes:
     """OpenAI's error shape, as the rest of the gateway answers."""
-    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error",
-                                   "param": param, "code": status}})  # fmt: skip
+    return openai_error(message, "invalid_request_error", status, param)
 
 
 def _static_files() -> dict[str, Path]:

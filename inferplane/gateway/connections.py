@@ -47,6 +47,7 @@ import errno
 import resource
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -56,6 +57,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from inferplane.gateway.config import ConnectionLimits
 from inferplane.gateway.errors import error_body
 
+CONNECTION = "inferplane.connection"  # scope key: the request's GuardedProtocol
 LINGER_S = 2.0  # how long a refused connection may keep sending before it is closed
 MAX_LINGERING = 64  # refused connections waiting out LINGER_S; beyond: closed at once
 _PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
@@ -248,6 +250,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.linger_since: float | None = None  # answered with an error, half-closed
         self.too_big = False
         self.counted = False  # in `guard.live`
+        self.on_lost: Callable[[], None] | None = None  # the request in flight: client gone
 
     # ---- connection --------------------------------------------------------------------
 
@@ -271,6 +274,9 @@ class GuardedProtocol(HttpToolsProtocol):
             self.guard.live.discard(self)
             self.counted = False
         super().connection_lost(exc)
+        on_lost, self.on_lost = self.on_lost, None
+        if on_lost is not None:
+            on_lost()
 
     def data_received(self, data: bytes) -> None:
         if self.linger_since is not None:
@@ -299,6 +305,9 @@ class GuardedProtocol(HttpToolsProtocol):
             raise _HeadTooLarge  # uvicorn answers parser errors with send_400_response
         self.body_at = self.body_since = self.guard.now
         super().on_headers_complete()
+        # The request path learns of a client gone from `on_lost`, without a task
+        # waiting on receive() per request (app.py, issue 29).
+        self.scope[CONNECTION] = self  # type: ignore[literal-required]
 
     def _head_size(self) -> int:
         return len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)

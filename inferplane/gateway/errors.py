@@ -1,4 +1,9 @@
-"""OpenAI-shaped error bodies, as vLLM's server returns them."""
+"""OpenAI-shaped error bodies, as vLLM's server returns them: the one renderer.
+
+Every refusal the gateway writes (its own 4xx/5xx, tenancy's 401/403/429, unknown models and
+response ids, routes it does not serve) goes through `openai_error`, so they all read
+`{"error": {"message", "type", "param", "code"}}` with the same field order.
+"""
 
 from __future__ import annotations
 
@@ -28,18 +33,16 @@ class ClientError(Exception):
         self.param = param
 
 
-def error_body(status: int, message: str, param: str | None = None) -> bytes:
+def openai_error(message: str, type_: str, code: int | str, param: str | None = None) -> bytes:
     """`{"error": {"message", "type", "param", "code"}}` as bytes."""
     return orjson.dumps(
-        {
-            "error": {
-                "message": message,
-                "type": _TYPES.get(status, "APIError"),
-                "param": param,
-                "code": status,
-            }
-        }
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
     )
+
+
+def error_body(status: int, message: str, param: str | None = None) -> bytes:
+    """The gateway's own error for `status`: vLLM's type name, the status as code."""
+    return openai_error(message, _TYPES.get(status, "APIError"), status, param)
 
 
 def sse_error_event(status: int, message: str) -> bytes:

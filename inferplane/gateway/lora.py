@@ -26,7 +26,7 @@ import aiohttp
 import orjson
 
 from inferplane.aio import cancel_and_wait
-from inferplane.gateway.backend import Backend
+from inferplane.gateway.backend import Backend, failure_text
 from inferplane.gateway.scorers import RouteContext
 
 if TYPE_CHECKING:
@@ -221,7 +221,8 @@ class AdapterHoldings:
                 status, text = resp.status, await resp.text()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self.load_failures += 1
-            return f"loading adapter `{adapter.name}` on {backend.public} failed: {exc!r}"
+            return (f"loading adapter `{adapter.name}` on {backend.public} failed: "
+                    + failure_text(exc, backend))  # never the engine's address (issue 30)
         if status == 200 or (status == 400 and "has already been loaded" in text):
             self._held.setdefault(backend.url, set()).add(adapter.name)
             self._loaded_at[(backend.url, adapter.name)] = asyncio.get_running_loop().time()

@@ -1,12 +1,14 @@
 """Prometheus metrics in the gateway's own `inferplane_` namespace (never `vllm:`).
 
-Label children are cached per (model, replica) so the hot path does dictionary lookups,
-not prometheus-client's label resolution. In-flight and queue depth are read from the
-live state at scrape time, which costs nothing per request.
+Per request the gateway only adds to plain numbers per (model, replica) (`RequestSeries`,
+`PendingHistogram`); they are folded into prometheus-client's metrics whenever the registry
+is collected, so a scrape reads exact values and the hot path takes no lock. In-flight and
+queue depth are read from the live state at scrape time, which costs nothing per request.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -42,31 +44,95 @@ class _LiveCollector(Collector):
         yield depth
 
 
-class RequestSeries:
-    """Cached children for one (model, replica)."""
+class PendingHistogram:
+    """One histogram child's observations, counted per bucket in plain ints and folded into
+    the child when the registry is collected (`GatewayMetrics.fold`). Per request this is a
+    bisect and two additions, where prometheus-client takes a lock per bucket and sum (and
+    an uncontended lock is slow once the ledger's writer thread runs)."""
 
-    __slots__ = ("_by_status", "_requests", "duration", "model", "replica", "ttft")
+    __slots__ = ("_bounds", "_child", "_counts", "_sum")
+
+    def __init__(self, child: Any) -> None:
+        self._child = child
+        # prometheus-client's own bucket values (private, stable since 0.4); without them
+        # every observation goes straight to the child.
+        self._bounds: list[float] | None = (
+            list(child._upper_bounds) if hasattr(child, "_buckets") else None
+        )
+        self._counts = [0] * (len(self._bounds) if self._bounds is not None else 0)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        bounds = self._bounds
+        if bounds is None:
+            self._child.observe(value)
+            return
+        self._counts[bisect_left(bounds, value)] += 1  # as prometheus: value <= bound
+        self._sum += value
+
+    def fold(self) -> None:
+        counts = self._counts
+        if self._bounds is None or not any(counts):
+            return
+        buckets = self._child._buckets
+        for i, n in enumerate(counts):
+            if n:
+                buckets[i].inc(n)
+                counts[i] = 0
+        self._child._sum.inc(self._sum)
+        self._sum = 0.0
+
+
+class RequestSeries:
+    """Per (model, replica): request counts by status and the latency histograms, kept
+    in plain numbers and folded into prometheus-client at collection."""
+
+    __slots__ = ("_by_status", "_children", "_requests", "duration", "model", "replica",
+                 "ttft")  # fmt: skip
 
     def __init__(self, m: GatewayMetrics, model: str, replica: str) -> None:
         self.model = model
         self.replica = replica
         self._requests = m.requests
-        self._by_status: dict[int, Any] = {}
-        self.ttft = m.ttft.labels(model, replica)
-        self.duration = m.duration.labels(model, replica)
+        self._by_status: dict[int, int] = {}
+        self._children: dict[int, Any] = {}
+        self.ttft = PendingHistogram(m.ttft.labels(model, replica))
+        self.duration = PendingHistogram(m.duration.labels(model, replica))
 
     def count(self, status: int) -> None:
-        child = self._by_status.get(status)
-        if child is None:
-            child = self._by_status[status] = self._requests.labels(
-                self.model, self.replica, str(status)
-            )
-        child.inc()
+        by_status = self._by_status
+        by_status[status] = by_status.get(status, 0) + 1
+
+    def fold(self) -> None:
+        for status, n in self._by_status.items():
+            if n:
+                child = self._children.get(status)
+                if child is None:
+                    child = self._children[status] = self._requests.labels(
+                        self.model, self.replica, str(status)
+                    )
+                child.inc(n)
+        self._by_status.clear()
+        self.ttft.fold()
+        self.duration.fold()
+
+
+class _Fold(Collector):
+    """Registered first: every collection (scrape, console, autoscaler) folds the pending
+    numbers into the metrics before they are read, so readers see exact values."""
+
+    def __init__(self, fold: Callable[[], None]) -> None:
+        self._fold = fold
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        self._fold()
+        return iter(())
 
 
 class GatewayMetrics:
     def __init__(self, live: Callable[[], Iterable[tuple[str, str, int, int]]]) -> None:
         r = self.registry = CollectorRegistry(auto_describe=False)
+        r.register(_Fold(self.fold))
         self.requests = Counter(
             "inferplane_requests",
             "Finished requests by HTTP status (replica '-' when none was reached)",
@@ -121,8 +187,9 @@ class GatewayMetrics:
         )
         r.register(_LiveCollector(live))
         self._series: dict[tuple[str, str], RequestSeries] = {}
-        self._queue_wait: dict[str, Any] = {}
-        self._tokens: dict[tuple[str, str], Any] = {}
+        self._queue_wait: dict[str, PendingHistogram] = {}
+        self._tokens: dict[str, list[int]] = {}  # model -> [prompt, completion] pending
+        self._token_children: dict[tuple[str, str], Any] = {}
 
     def series(self, model: str, replica: str) -> RequestSeries:
         key = (model, replica)
@@ -132,19 +199,33 @@ class GatewayMetrics:
         return s
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:
-        child = self._queue_wait.get(model)
-        if child is None:
-            child = self._queue_wait[model] = self.queue_wait.labels(model)
-        child.observe(seconds)
+        pending = self._queue_wait.get(model)
+        if pending is None:
+            pending = self._queue_wait[model] = PendingHistogram(self.queue_wait.labels(model))
+        pending.observe(seconds)
 
     def add_tokens(self, model: str, prompt: int, completion: int) -> None:
-        for kind, n in (("prompt", prompt), ("completion", completion)):
-            if n:
-                key = (model, kind)
-                child = self._tokens.get(key)
-                if child is None:
-                    child = self._tokens[key] = self.tokens.labels(model, kind)
-                child.inc(n)
+        pending = self._tokens.get(model)
+        if pending is None:
+            pending = self._tokens[model] = [0, 0]
+        pending[0] += prompt
+        pending[1] += completion
+
+    def fold(self) -> None:
+        """Move every pending count into prometheus-client (at collection)."""
+        for series in list(self._series.values()):
+            series.fold()
+        for pending in list(self._queue_wait.values()):
+            pending.fold()
+        for model, counts in list(self._tokens.items()):
+            for i, kind in enumerate(("prompt", "completion")):
+                if counts[i]:
+                    key = (model, kind)
+                    child = self._token_children.get(key)
+                    if child is None:
+                        child = self._token_children[key] = self.tokens.labels(model, kind)
+                    child.inc(counts[i])
+                    counts[i] = 0
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

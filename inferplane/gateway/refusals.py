@@ -3,12 +3,8 @@ browser at the root (sent to the console; API clients keep JSON 404s)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
-
-import orjson
-
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+from inferplane.gateway.asgi import Send
+from inferplane.gateway.errors import openai_error
 
 MISSING_KEY = "You didn't provide an API key. Send 'Authorization: Bearer KEY'."
 WRONG_KEY = "Incorrect API key provided. Create one with `inferplane keys create`."
@@ -20,10 +16,7 @@ def key_message(authorization: bytes | None) -> str:
 
 def key_refusal(authorization: bytes | None) -> bytes:
     """OpenAI's 401 body, the same on chat, /v1/models and /v1/responses."""
-    return orjson.dumps({"error": {
-        "message": key_message(authorization), "type": "invalid_request_error",
-        "param": None, "code": "invalid_api_key",
-    }})  # fmt: skip
+    return openai_error(key_message(authorization), "invalid_request_error", "invalid_api_key")
 
 
 def wants_html(accept: bytes | None) -> bool:

@@ -20,7 +20,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import orjson
+from inferplane.gateway.errors import openai_error
 
 MODEL_PATHS = frozenset(
     {
@@ -67,9 +67,7 @@ class Refusal:
     def body(self, method: str, path: str) -> bytes:
         kind = "NotImplementedError" if self.status == 501 else "NotFoundError"
         message = f"{method} {path} is not served by the gateway: {self.why}. {self.instead}"
-        return orjson.dumps(
-            {"error": {"message": message, "type": kind, "param": None, "code": self.status}}
-        )
+        return openai_error(message, kind, self.status)
 
 
 _ENGINE_ADMIN = Refusal(
@@ -187,18 +185,18 @@ REFUSED: dict[str, Refusal] = {
 
 def model_not_found(model: str) -> bytes:
     """OpenAI's 404 for a model the caller cannot address (unknown, or not for this key)."""
-    return orjson.dumps({"error": {
-        "message": f"The model `{model}` does not exist or you do not have access to it.",
-        "type": "invalid_request_error", "param": None, "code": "model_not_found",
-    }})  # fmt: skip
+    return openai_error(
+        f"The model `{model}` does not exist or you do not have access to it.",
+        "invalid_request_error", "model_not_found",
+    )  # fmt: skip
 
 
 def response_not_found(response_id: str) -> bytes:
     """vLLM's own 404 for an unknown response id (`OpenAIServingResponses`)."""
-    return orjson.dumps({"error": {
-        "message": f"Response with id '{response_id}' not found.",
-        "type": "invalid_request_error", "param": "response_id", "code": 404,
-    }})  # fmt: skip
+    return openai_error(
+        f"Response with id '{response_id}' not found.", "invalid_request_error", 404,
+        "response_id",
+    )  # fmt: skip
 
 
 # The response object's own id is the first "id" in both a /v1/responses body and the

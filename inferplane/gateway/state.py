@@ -63,15 +63,25 @@ class GatewayState:
             name: adapter for m in config.models for adapter in m.adapters
             for name in adapter.client_names
         }
+        # Per-key overrides (tenancy's DB routes): key id -> client-facing name -> split.
+        self._per_key: dict[str, dict[str, WeightedChooser]] = {}
 
-    def resolve(self, name: str) -> Pool | None:
+    def resolve(self, name: str, key_id: str | None = None) -> Pool | None:
         """The pool serving a client-facing name (model, alias, adapter or weighted route)."""
-        picked = self.pick(name)
+        picked = self.pick(name, key_id)
         return picked[0] if picked is not None else None
 
-    def pick(self, name: str) -> tuple[Pool, AdapterRoute | None] | None:
-        """The pool serving a client-facing name, and the adapter it names (None: the base
-        model itself); a weighted route picks its target (a model or an adapter) here."""
+    def pick(
+        self, name: str, key_id: str | None = None
+    ) -> tuple[Pool, AdapterRoute | None] | None:
+        """The pool serving a client-facing name for the API key `key_id` (the key's own
+        override of that name first), and the adapter it names (None: the base model
+        itself); a weighted route picks its target (a model or an adapter) here. The one
+        place a name becomes a pool."""
+        if key_id is not None and self._per_key:
+            per_key = self._per_key.get(key_id, {}).get(name)
+            if per_key is not None:
+                return self.target(per_key.choose())
         pool = self._by_name.get(name)
         if self._weighted:
             # A route named after a model also splits that model's aliases (an adapter's
@@ -133,6 +143,10 @@ class GatewayState:
 
     def backends(self, model: str) -> list[Backend]:
         return list(self._pool(model).backends)
+
+    def set_key_routes(self, per_key: dict[str, dict[str, WeightedChooser]]) -> None:
+        """Replace every per-key override (key id -> name -> weighted targets)."""
+        self._per_key = per_key
 
     def clear_weights(self, route: str) -> None:
         """Drop a weighted route; its name resolves as a plain model name again."""

@@ -30,21 +30,19 @@ import os
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
+from random import getrandbits
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from inferplane.errors import InferplaneError
+from inferplane.gateway.asgi import Message, Receive, Scope, Send, header
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
-Receive = Callable[[], Awaitable[Message]]
-Handler = Callable[[Scope, Receive, Send, str, "RequestTrace"], Awaitable[None]]
+Handler = Callable[[Scope, Receive, Send, str, "RequestTrace | None"], Awaitable[None]]
 
 DEFAULT_SERVICE_NAME = "inferplane-gateway"
 OTLP_TRACES_PATH = "/v1/traces"
@@ -150,6 +148,7 @@ class Tracing:
         except ImportError:
             raise InferplaneError(_MISSING, field="gateway.tracing") from None
         self.config = config
+        self.never_samples = config.sample_ratio == 0.0  # roots are never sampled
         # ParentBased: a client's sampled traceparent is kept, an unsampled one dropped.
         sampler = ParentBased(TraceIdRatioBased(config.sample_ratio))
         resource = Resource.create({"service.name": config.service_name})
@@ -178,6 +177,12 @@ class Tracing:
     ) -> None:
         """Run `handler` (the proxy) inside the request's SERVER span; the span takes the
         response status from what is sent."""
+        if self.never_samples and header(scope, b"traceparent") is None:
+            # sample_ratio 0 and no client context: the sampler could only say no. Skip
+            # the SDK and hand the engine a fresh unsampled context, as the SDK would.
+            scope["headers"].append((b"traceparent", _unsampled_traceparent()))
+            await handler(scope, receive, send, path, None)
+            return
         trace = RequestTrace(self, scope, path)
 
         async def traced_send(message: Message) -> None:
@@ -195,6 +200,13 @@ class Tracing:
 
     def shutdown(self) -> None:
         self.provider.shutdown()  # flushes the batch processor
+
+
+def _unsampled_traceparent() -> bytes:
+    """A new W3C context with the sampled flag off (ids as the SDK's RandomIdGenerator)."""
+    trace_id = getrandbits(128) or 1
+    span_id = getrandbits(64) or 1
+    return b"00-%032x-%016x-00" % (trace_id, span_id)
 
 
 def _trace_headers(span: Span) -> bytes:

@@ -10,17 +10,12 @@ are everything under `/v1/` and every model-addressed path outside it (`/tokeniz
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
-
-import orjson
+from collections.abc import Awaitable, Callable
 
 from inferplane.gateway.app import MODEL_PATHS
+from inferplane.gateway.asgi import Receive, Scope, Send
+from inferplane.gateway.errors import openai_error
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DEFAULT_GRACE_PERIOD_S = 300.0
@@ -68,15 +63,8 @@ class DrainGate:
 
 
 async def _refuse(send: Send) -> None:
-    body = orjson.dumps(
-        {
-            "error": {
-                "message": "the fleet is shutting down; retry against another gateway",
-                "type": "service_unavailable",
-                "param": None,
-                "code": 503,
-            }
-        }
+    body = openai_error(
+        "the fleet is shutting down; retry against another gateway", "service_unavailable", 503
     )
     await send(
         {

@@ -15,19 +15,16 @@ a pod answers, the backend is ready again and the held requests go to it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 from inferplane.aio import cancel_and_wait
 from inferplane.engines import engine_for
 from inferplane.gateway.app import GatewayApp
+from inferplane.gateway.asgi import Receive, Scope, Send
 
 # The engines behind the gateway answer vLLM's paths (the simulator too).
 _HEALTH = engine_for("vllm").endpoints.health
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class ZeroActivator:

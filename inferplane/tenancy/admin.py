@@ -25,22 +25,18 @@ from __future__ import annotations
 import hmac
 import logging
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
 
 from inferplane.errors import InferplaneError
+from inferplane.gateway.asgi import Receive, Scope, Send
 from inferplane.tenancy.keys import _get as get_key
 from inferplane.tenancy.keys import create_key, list_keys, revoke_key, rotate_key
 from inferplane.tenancy.ledger import usage_report
 from inferplane.tenancy.routes import load_routes, set_route
 from inferplane.tenancy.service import Tenancy
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger("inferplane.tenancy.admin")
 

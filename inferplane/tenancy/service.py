@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from inferplane.aio import cancel_and_wait
 from inferplane.gateway.config import WeightedRoute, WeightedTarget
+from inferplane.gateway.errors import openai_error
 from inferplane.gateway.redact import redact_url
 from inferplane.gateway.refusals import key_message
 from inferplane.gateway.state import GatewayState, WeightedChooser
@@ -88,7 +88,6 @@ class Admission(NamedTuple):  # a tuple: one is built per admitted request, chea
     key_id: str | None
     limits: Limits | None = None  # what `lease` holds; None: nothing to release
     batch: bool = False  # the key's priority class is batch
-    route_to: str | None = None  # a per-key override picked this model
     lease: str = ""  # the request's slot in a shared (Redis) limiter
     headers: Sequence[tuple[bytes, bytes]] = ()
     state: KeyState | None = None  # the key's state in an in-memory limiter
@@ -103,10 +102,7 @@ class Rejection:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
     def body(self) -> bytes:
-        return orjson.dumps(
-            {"error": {"message": self.message, "type": self.type, "param": None,
-                       "code": self.code}}
-        )  # fmt: skip
+        return openai_error(self.message, self.type, self.code)
 
 
 ANONYMOUS = Admission(None)
@@ -212,7 +208,6 @@ class Tenancy:
         self.keys_ever = 0  # keys created so far, revoked ones included
         self.routes = RouteTable()
         self.state: GatewayState | None = None
-        self._per_key: dict[str, dict[str, WeightedChooser]] = {}
         self._lease_prefix = (replica or os.urandom(4).hex()) + ":"
         self._lease_seq = 0
         self._task: asyncio.Task[None] | None = None
@@ -260,6 +255,7 @@ class Tenancy:
 
     async def start(self, state: GatewayState | None = None) -> None:
         self.state = state
+        self.routes = RouteTable()  # a refresh before start applied its rules to no state
         if self.store is not None:
             await self.store.migrate()
             if self.seed:
@@ -315,7 +311,8 @@ class Tenancy:
                     log.warning("route %s not applied: %s", name, exc)
             for name in old.weighted.keys() - table.weighted.keys():
                 state.clear_weights(name)
-        if table.per_key != old.per_key:
+        if table.per_key != old.per_key and state is not None:
+            # Per-key overrides resolve in the gateway's state, with every other name.
             per_key: dict[str, dict[str, WeightedChooser]] = {}
             for key_id, routes in table.per_key.items():
                 choosers = per_key[key_id] = {}
@@ -326,7 +323,7 @@ class Tenancy:
                         log.warning("override %s for %s not applied: %s", name, key_id, exc)
                         continue
                     choosers[name] = WeightedChooser(wr.targets)
-            self._per_key = per_key
+            state.set_key_routes(per_key)
         self.routes = table
 
     async def _seed_budgets(self) -> None:
@@ -419,14 +416,7 @@ class Tenancy:
                 return self._limit_rejection(caller.key_id, limits, refused)
             if self.headers_on_success:
                 headers = self._headers(caller, state.report(limits, now))
-                route_to = self._route_override(caller.key_id, model) if self._per_key else None
-                return Admission(
-                    caller.key_id, limits, caller.batch, route_to, "", headers, state
-                )
-        if self._per_key:
-            route_to = self._route_override(caller.key_id, model)
-            if route_to is not None:
-                return caller.admission._replace(route_to=route_to)
+                return Admission(caller.key_id, limits, caller.batch, "", headers, state)
         return caller.admission
 
     async def admit(
@@ -442,10 +432,9 @@ class Tenancy:
         if not isinstance(caller, _Caller):
             return caller
         key_id = caller.key_id
-        route_to = self._route_override(key_id, model) if self._per_key else None
         limits = caller.limits
         if limits is None:
-            return caller.admission._replace(route_to=route_to)
+            return caller.admission
         self._lease_seq += 1
         lease = self._lease_prefix + str(self._lease_seq)  # unique across gateway replicas
         try:
@@ -455,11 +444,11 @@ class Tenancy:
         except Exception as exc:  # a limiter outage must not take the gateway down
             self.limiter_errors += 1
             log.warning("limiter unavailable, admitting without limits: %s", exc)
-            return caller.admission._replace(limits=None, route_to=route_to)
+            return caller.admission._replace(limits=None)
         if out.code:
             return self._limit_rejection(key_id, limits, out)
         headers = self._headers(caller, out) if self.headers_on_success else ()
-        return Admission(key_id, limits, caller.batch, route_to, lease, headers)
+        return Admission(key_id, limits, caller.batch, lease, headers)
 
     def _identify(
         self, authorization: bytes | None, model: str, now: float
@@ -484,11 +473,6 @@ class Tenancy:
                 "invalid_request_error", "model_not_allowed",
             )  # fmt: skip
         return caller
-
-    def _route_override(self, key_id: str, model: str) -> str | None:
-        """The model a per-key weighted override picks for this request, if one applies."""
-        chooser = self._per_key.get(key_id, {}).get(model)
-        return chooser.choose() if chooser is not None else None
 
     def _effective(self, own: Limits) -> Limits:
         if self._no_defaults:

@@ -1,0 +1,153 @@
+"""The gateway at a git ref vs the working tree, as a paired A/B on one CPU at the same time.
+
+Both gateways (A: `--ref`, exported with `git archive` into a temporary folder; B: this
+checkout) are pinned to CPU 0 and loaded at the same time by two `wrk` processes on CPU 1,
+against the shared harness's Node stub engine. Noise from the machine hits both equally,
+so the RPS ratio B / A is stable to a few percent between rounds where sequential runs on
+a shared VM swing by ±15%. This is how each hot-path step of issue 29 was measured.
+
+    python benchmarks/gateway_ab.py --ref HEAD~1 [--tenancy] [--rounds 3] [--duration 8]
+                                    [--concurrency 32] [--stream]
+    python benchmarks/gateway_ab.py --ref HEAD --control   # the method's own bias (~1.00)
+    # tracing with sample_ratio 0 (B) vs tracing off (A), same code:
+    python benchmarks/gateway_ab.py --ref HEAD --control --env-b \
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9 OTEL_TRACES_SAMPLER_ARG=0"
+
+Tenancy: a key with RPM/TPM/concurrency limits far too high to trigger, in-memory
+limiter, each gateway its own fresh SQLite usage ledger. Needs node and wrk (see
+benchmarks/gateway_overhead.py); `--stream` uses the harness's Node stream load generator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from gateway_overhead import REPO, _create_key, ensure_tools
+from profile_gateway import HARNESS, free_port, pinned, stop, wait_ready
+
+
+def export_ref(ref: str, into: Path) -> Path:
+    """The tree of `ref` as plain files (its own `inferplane` package on PYTHONPATH)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def load(harness: Path, port: int, key: str, seconds: int, conc: int,
+         stream: bool) -> subprocess.Popen[str]:  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "BENCH_API_KEY": key, "BENCH_MODEL": "stub-model"}
+    if stream:
+        argv = ["node", "loadgen/stream_load.js", "--url", url + "/v1/chat/completions",
+                "--concurrency", str(conc), "--duration", str(seconds), "--stream", "1"]
+    else:
+        argv = ["wrk", "-t1", f"-c{conc}", f"-d{seconds}s", "--timeout", "10s", "-s",
+                "loadgen/chat.lua", url + "/v1/chat/completions"]  # fmt: skip
+    return subprocess.Popen(["taskset", "-c", "1", *argv], cwd=harness, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def rps(proc: subprocess.Popen[str], seconds: int) -> float:
+    out, _ = proc.communicate(timeout=seconds + 60)
+    m = re.search(r'WRKJSON .*"requests":(\d+),"duration_us":(\d+).*"err_status":(\d+)', out)
+    if m is not None:
+        if int(m.group(3)):
+            sys.exit(f"wrk saw {m.group(3)} non-2xx answers")
+        return int(m.group(1)) / (int(m.group(2)) / 1e6)
+    for line in out.splitlines():  # stream_load.js: one JSON summary line
+        if line.startswith("STREAMJSON "):
+            summary = json.loads(line.removeprefix("STREAMJSON "))
+            if summary.get("errors") or summary.get("bad_streams"):
+                sys.exit(f"stream load saw errors: {summary}")
+            return float(summary["rps"])
+    sys.exit(f"the load generator printed no summary:\n{out[-2000:]}")
+
+
+def _pairs(text: str) -> dict[str, str]:
+    pairs = dict(item.split("=", 1) for item in text.split() if "=" in item)
+    bad = [item for item in text.split() if "=" not in item]
+    if bad:
+        sys.exit(f"--env/--env-b: {bad[0]!r} is not K=V")
+    return pairs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ref", default="HEAD", help="git ref of gateway A (baseline)")
+    parser.add_argument("--harness", type=Path, default=HARNESS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=8, help="seconds per round")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--tenancy", action="store_true", help="both gateways with tenancy")
+    parser.add_argument("--stream", action="store_true", help="streaming requests")
+    parser.add_argument("--control", action="store_true", help="B is the ref too")
+    parser.add_argument("--gateway-args", default="", help="extra flags for both gateways")
+    parser.add_argument("--env", default="", help="K=V ... for both gateways")
+    parser.add_argument("--env-b", default="", help="K=V ... for gateway B only (after --env)")
+    args = parser.parse_args()
+    ensure_tools()
+    with tempfile.TemporaryDirectory(prefix="gw-ab-") as tmp_s:
+        tmp = Path(tmp_s)
+        tree_a = export_ref(args.ref, tmp / "a")
+        tree_b = tree_a if args.control else REPO
+        stub_port = free_port()
+        env = {**os.environ, "STUB_PORT": str(stub_port), "INFERPLANE_STATE_DIR": str(tmp)}
+        for name in ("INFERPLANE_REDIS_URL", "INFERPLANE_DATABASE_URL"):
+            env.pop(name, None)
+        procs = [pinned(1, ["node", "stub/stub_server.js"], tmp / "stub.log", env,
+                        args.harness)]  # fmt: skip
+        ports = {"A": free_port(), "B": free_port()}
+        keys = {"A": "sk-bench", "B": "sk-bench"}
+        try:
+            wait_ready(stub_port)
+            for name, tree in (("A", tree_a), ("B", tree_b)):
+                argv = [sys.executable, "-m", "inferplane", "gateway", "--host", "127.0.0.1",
+                        "--port", str(ports[name]), "--backend",
+                        f"stub-model=http://127.0.0.1:{stub_port}",
+                        *args.gateway_args.split()]  # fmt: skip
+                if args.tenancy:
+                    db = f"sqlite:///{tmp / f'tenancy-{name}.db'}"
+                    keys[name] = asyncio.run(_create_key(db))
+                    argv += ["--tenancy", "--db", db]
+                else:
+                    argv += ["--no-tenancy"]
+                genv = {**env, "PYTHONPATH": str(tree), **_pairs(args.env)}
+                if name == "B":
+                    genv.update(_pairs(args.env_b))
+                procs.append(pinned(0, argv, tmp / f"gateway-{name}.log", genv, tree))
+            for port in ports.values():
+                wait_ready(port)
+            for name, port in ports.items():  # warm-up, not recorded
+                rps(load(args.harness, port, keys[name], 2, args.concurrency, args.stream), 2)
+            ratios = []
+            for r in range(1, args.rounds + 1):
+                runs = {n: load(args.harness, p, keys[n], args.duration, args.concurrency,
+                                args.stream) for n, p in ports.items()}  # fmt: skip
+                got = {n: rps(proc, args.duration) for n, proc in runs.items()}
+                ratios.append(got["B"] / got["A"])
+                print(f"round {r}: A ({args.ref}) {got['A']:,.0f} RPS, B "
+                      f"({'control' if args.control else 'working tree'}) {got['B']:,.0f} "
+                      f"RPS, B/A {ratios[-1]:.3f}", flush=True)  # fmt: skip
+            ratios.sort()
+            mode = ("stream" if args.stream else "non-stream") + f" c={args.concurrency}"
+            mode += ", tenancy" if args.tenancy else ", bare"
+            print(f"median B/A ({mode}): {ratios[len(ratios) // 2]:.3f}")
+        finally:
+            for proc in procs:
+                stop(proc)
+
+
+if __name__ == "__main__":
+    main()
