@@ -36,9 +36,9 @@ from inferplane.console.source import FleetSource
 from inferplane.console.usage import usage_view
 from inferplane.console.views import fleet_view, logs_view, models_view
 from inferplane.errors import InferplaneError
-from inferplane.gateway.redact import redact_url
 from inferplane.gateway.asgi import Receive, Scope, Send
 from inferplane.gateway.errors import openai_error
+from inferplane.gateway.redact import redact_url
 
 if TYPE_CHECKING:
     from inferplane.gateway.app import GatewayApp
