@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import socket
 from collections.abc import AsyncIterator
@@ -116,6 +117,22 @@ async def test_trace_joins_access_log_engine_log_and_ledger(runtime: Runtime) ->
     code, out = await asyncio.to_thread(_trace, state, "no-such-request")
     assert code == 2
     assert "not in the fleet's logs" in out and "gateway-access.log" in out
+
+
+async def test_gateway_series_name_replicas_as_the_engine_targets_do(runtime: Runtime) -> None:
+    """Issue 30 item 17 under `up`: the gateway's `replica` label is the instance, the
+    `pod` the engines' scrape targets carry; no engine address in the open /metrics."""
+    body = {"model": "chat", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
+    async with httpx.AsyncClient(timeout=20) as http:
+        for _ in range(4):  # the two replicas take turns
+            assert (await http.post(runtime.gateway_url + "/v1/chat/completions",
+                                    json=body)).status_code == 200  # fmt: skip
+        text = (await http.get(runtime.gateway_url + "/metrics")).text
+    named = set(re.findall(r'inferplane_requests_total\{model="chat",replica="([^"]+)"', text))
+    targets = json.loads((runtime.monitoring_dir / "targets/engines.json").read_text())
+    assert named == {t["labels"]["pod"] for t in targets} == {"chat-0", "chat-1"}
+    for rec in runtime.supervisor.records.values():
+        assert rec.instance.url not in text and f":{rec.instance.port}" not in text
 
 
 @pytest.mark.skipif(

@@ -175,7 +175,8 @@ class FleetOnSim:
         app = build_app(replace(gateway_config_from_fleet(fleet, plan), access_log=False))
         by_model: dict[str, list[Backend]] = {}
         for replica, handle in zip(replicas, self._handles, strict=True):
-            by_model.setdefault(replica.model, []).append(Backend(handle.url, ready=True))
+            mine = by_model.setdefault(replica.model, [])
+            mine.append(Backend(handle.url, ready=True, name=f"{replica.model}-{len(mine)}"))
         for model, backends in by_model.items():
             app.state.set_backends(model, backends)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

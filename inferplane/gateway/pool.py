@@ -88,7 +88,6 @@ class Pool:
                 old.max_concurrency = new.max_concurrency
                 old.api_key = new.api_key
                 old.label = new.label  # a new pod may reuse a gone pod's IP
-                old.address = new.address
                 merged.append(old)
             else:
                 merged.append(new)
