@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from lora_adapters import make_adapter
 
 from inferplane.spec import load_fleet, summarize
 
@@ -89,6 +90,7 @@ def test_documented_model_and_section_examples_validate(tmp_path: Path) -> None:
     assert len(sections) == 3
     full = models[1].replace("../models/Qwen--Qwen3-32B", "Qwen/Qwen3-32B")
     extra_model = "  - {name: qwen3-8b, source: Qwen/Qwen3-8B}\n"
+    make_adapter(tmp_path / "adapters" / "sql", "Qwen--Qwen3-32B")  # the entry's lora source
     for block in [models[0], full + extra_model + "".join(sections)]:
         path = tmp_path / "doc.yaml"
         path.write_text(block, encoding="utf-8")

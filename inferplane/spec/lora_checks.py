@@ -124,8 +124,8 @@ def _adapter_issues(peft: PeftAdapter, model: ModelSpec, base: _BaseModel,
         unknown = [m for m in peft.modules if m not in base.modules]
         if unknown:
             issues.append(Issue(
-                loc, f"adapter targets modules the base model does not have: "
-                f"{', '.join(unknown)}", str(peft.path),
+                loc, f"adapter targets modules the base model does not have (or vLLM "
+                f"does not give LoRA to on it): {', '.join(unknown)}", str(peft.path),
                 f"use an adapter trained on {model.source} (its modules: "
                 f"{', '.join(sorted(base.modules))})",
             ))
