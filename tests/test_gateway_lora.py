@@ -145,7 +145,8 @@ def test_refused_load_is_a_503_with_the_engines_reason(fleet: Fleet) -> None:
 def test_load_wait_is_bounded_by_the_queue_wait(fleet: Fleet) -> None:
     reply = chat(fleet.url, "slow")
     assert reply.status_code == 503
-    assert reply.json()["error"]["message"].startswith("adapter `slow` did not load on slow-base-endpoint-")
+    message = reply.json()["error"]["message"]
+    assert message.startswith("adapter `slow` did not load on slow-base-endpoint-")
     assert "within 0.3 s" in reply.json()["error"]["message"]
     assert reply.headers["retry-after"] == "1"
 
