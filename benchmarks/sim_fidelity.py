@@ -2,14 +2,18 @@
 
     .venv/bin/python benchmarks/sim_fidelity.py [--fit] [--only throughput|concurrency|published]
     .venv/bin/python benchmarks/sim_fidelity.py --only published [--split fit|holdout|all]
-        [--fit-published ROUNDS] [--write-bands]
+        [--fit-published ROUNDS] [--refine-published ROUNDS] [--generations G,...]
+        [--write-bands]
 
 Three sets, each replayed on the simulated clock with the published lengths and arrivals:
   * published: benchmarks/data/published_serving.json (vLLM V1 runs harvested by
-    benchmarks/harvest_gpustack.py; dense and MoE, bf16/fp8/mxfp4): per point TTFT, TPOT
-    and output throughput, medians per GPU and model family (published_fidelity.py).
-    The shipped constants (GENERATION_CALIBRATION in inferplane/sim/timing.py)
-    are fitted on its `fit` split with `--fit-published N`; `--write-bands` stores the
+    benchmarks/harvest_gpustack.py; dense and MoE, bf16/fp8/mxfp4) and
+    published_serving_iog.json (benchmarks/harvest_iog.py: H100 PCIe, RTX 4090): per
+    point TTFT, TPOT and output throughput, medians per GPU and model family
+    (published_fidelity.py). The shipped constants (GENERATION_CALIBRATION in
+    inferplane/sim/timing.py) are fitted on the `fit` split with `--fit-published N`
+    (median-ratio updates) and `--refine-published N` (coordinate search on the fit
+    split's median |errors|); `--write-bands` stores the
     held-out errors in inferplane/sim/error_bands.json, which `capacity` and
     `bench` quote. The held-out split is what the default report prints.
   * throughput: tests/data/vllm_perf/measurements.json (output tok/s of single runs);
