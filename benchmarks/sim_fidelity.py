@@ -2,14 +2,18 @@
 
     .venv/bin/python benchmarks/sim_fidelity.py [--fit] [--only throughput|concurrency|published]
     .venv/bin/python benchmarks/sim_fidelity.py --only published [--split fit|holdout|all]
-        [--fit-published ROUNDS] [--write-bands]
+        [--fit-published ROUNDS] [--refine-published ROUNDS] [--generations G,...]
+        [--write-bands]
 
 Three sets, each replayed on the simulated clock with the published lengths and arrivals:
   * published: benchmarks/data/published_serving.json (vLLM V1 runs harvested by
-    benchmarks/harvest_gpustack.py; dense and MoE, bf16/fp8/mxfp4): per point TTFT, TPOT
-    and output throughput, medians per GPU and model family (published_fidelity.py).
-    The shipped constants (GENERATION_CALIBRATION in inferplane/sim/timing.py)
-    are fitted on its `fit` split with `--fit-published N`; `--write-bands` stores the
+    benchmarks/harvest_gpustack.py; dense and MoE, bf16/fp8/mxfp4) and
+    published_serving_iog.json (benchmarks/harvest_iog.py: H100 PCIe, RTX 4090): per
+    point TTFT, TPOT and output throughput, medians per GPU and model family
+    (published_fidelity.py). The shipped constants (GENERATION_CALIBRATION in
+    inferplane/sim/timing.py) are fitted on the `fit` split with `--fit-published N`
+    (median-ratio updates) and `--refine-published N` (coordinate search on the fit
+    split's median |errors|); `--write-bands` stores the
     held-out errors in inferplane/sim/error_bands.json, which `capacity` and
     `bench` quote. The held-out split is what the default report prints.
   * throughput: tests/data/vllm_perf/measurements.json (output tok/s of single runs);
@@ -282,27 +286,34 @@ def _entry_calibration(entry: dict[str, Any], calibration: Calibration) -> Calib
     return calibration
 
 
-def published(split: str, fit_rounds: int, write_bands: bool) -> None:
+def published(split: str, fit_rounds: int, write_bands: bool, refine_rounds: int = 0,
+              generations: tuple[str, ...] = ()) -> None:
     import published_fidelity as pf
 
     from inferplane.sim.timing import GENERATION_CALIBRATION
 
     points = pf.load_points()
     calibrations = None
-    if fit_rounds:
+    if fit_rounds or refine_rounds:
         # Generations with fit runs only: the others keep their borrowed constants.
         start = {g: GENERATION_CALIBRATION.get(g, DEFAULT_CALIBRATION)
                  for g in sorted({pf.gpu_generation(p) for p in points if p["split"] == "fit"})}
-        calibrations = pf.fit([p for p in points if p["split"] == "fit"], start, fit_rounds)
+        if generations:
+            start = {g: c for g, c in start.items() if g in generations}
+        fit_points = [p for p in points if p["split"] == "fit"]
+        calibrations = pf.fit(fit_points, start, fit_rounds) if fit_rounds > 0 else start
+        if refine_rounds:
+            calibrations = pf.refine(fit_points, calibrations, refine_rounds)
         print("fitted (paste into GENERATION_CALIBRATION):")
         for g, cal in calibrations.items():
             print(f"  {g}: {cal!r}")
         print(f"  serving paths (paste into published_fidelity.PATH_OVERHEAD_S): "
               f"{pf.PATH_OVERHEAD_S}")
-    chosen = [p for p in points if split == "all" or p["split"] == split]
+    chosen = [p for p in points if (split == "all" or p["split"] == split)
+              and (not generations or pf.gpu_generation(p) in generations)]
     rows, skipped = pf.print_report(pf.replay_all(chosen, calibrations), split)
     if write_bands:
-        if split != "holdout" or fit_rounds:
+        if split != "holdout" or fit_rounds or refine_rounds:
             raise SystemExit("--write-bands takes the shipped constants on the holdout split")
         doc = pf.bands_document(rows, skipped)
         from inferplane.sim.error_bands import BANDS_FILE
@@ -348,6 +359,12 @@ def main() -> None:
     parser.add_argument("--fit-published", type=int, default=0, metavar="ROUNDS",
                         help="published set: fit the per-generation constants on the fit "
                              "split first (median-ratio rounds), then report with them")
+    parser.add_argument("--refine-published", type=int, default=0, metavar="ROUNDS",
+                        help="published set: then a coordinate search per generation on "
+                             "the fit split's median |errors| (fit_loss)")
+    parser.add_argument("--generations", default="",
+                        help="published set, with a fit: only these generations "
+                             "(comma-separated, e.g. ampere,ada)")
     parser.add_argument("--write-bands", action="store_true",
                         help="published set: store the held-out errors of the shipped "
                              "constants in inferplane/sim/error_bands.json")
@@ -361,7 +378,8 @@ def main() -> None:
                 "generic" if args.generic else "shipped")
         concurrency_report(mode, args.max_num_seqs)
     if args.only in (None, "published"):
-        published(args.split, args.fit_published, args.write_bands)
+        published(args.split, args.fit_published, args.write_bands, args.refine_published,
+                  tuple(g for g in args.generations.split(",") if g))
 
 
 if __name__ == "__main__":

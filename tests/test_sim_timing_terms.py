@@ -8,6 +8,7 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,3 +118,15 @@ def test_request_overhead_adds_to_ttft_not_tpot() -> None:
     assert abs(slow[2] - base[2] - 6 * 0.05) < 1e-9
     burst_base, burst = run(0.0, None), run(0.05, None)
     assert abs(burst[2] - burst_base[2] - 0.05) < 1e-9  # all at once: paid in parallel
+
+
+def test_poisson_arrivals_are_seeded_and_average_the_rate() -> None:
+    from inferplane.sim.offline import _arrival_gaps
+    gaps = _arrival_gaps(200, 4.0, seed=0)
+    assert gaps == _arrival_gaps(200, 4.0, seed=0)  # the same draw every time
+    assert gaps != _arrival_gaps(200, 4.0, seed=1)
+    assert sum(gaps) == pytest.approx(200 / 4.0, rel=1e-9)  # one draw's luck does not move the span
+    assert max(gaps) > 2 * min(gaps)  # not evenly spaced
+    assert _arrival_gaps(5, 2.0, seed=None) == [0.5] * 5
+    assert _arrival_gaps(3, None, seed=0) == [0.0] * 3
+

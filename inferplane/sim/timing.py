@@ -91,29 +91,32 @@ VLLM_V0_CALIBRATION: dict[str, Calibration] = {
 # run is on a GPU type whose generation constants fit it).
 GPU_CALIBRATION: dict[str, Calibration] = {}
 
-# Per GPU generation (formats.generation), for vLLM V1 (0.10+): fitted on the fit split of
-# benchmarks/data/published_serving.json by `benchmarks/sim_fidelity.py --fit`; a GPU of a
-# generation listed here (H100 PCIe, H200 from the Hopper fit) uses it when GPU_CALIBRATION
-# has no entry of its own. The held-out split measures the error (docs/simulator.md).
-# Four rounds of `--fit-published` (two, then two more after moe_compute_efficiency
-# was added), starting from the vLLM 0.6 values. Ampere's bandwidth stays at
-# its vLLM 0.6 value: the fit split has no low-concurrency dense bf16 run on an A100.
-# Quantized weights on Ampere run through weight-only (Marlin-style) kernels: fp8 0.19.
+# Per GPU generation (formats.generation), for vLLM V1 (0.8.5+): fitted on the fit split of
+# benchmarks/data/published_serving*.json by `benchmarks/sim_fidelity.py --only published
+# --fit-published 4` (median-ratio updates: compute from TTFT of direct low-load runs,
+# bandwidth from low-load TPOT, MoE and format factors from their runs' throughput), then
+# `--refine-published 1` (a coordinate search on the fit split's median |errors|). A GPU of
+# a generation listed here (H200 from the Hopper fit, L40S from Ada's) uses it when
+# GPU_CALIBRATION has no entry of its own; the held-out split measures the error
+# (docs/simulator.md). The per-request cost fits to 0 on runs straight to `vllm serve`
+# (IO Foundation's; GPUStack's serving path adds ~51 ms, which only its replays carry).
+# Quantized weights on Ampere run through weight-only (Marlin-style) kernels (fp8 0.20).
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
-        bandwidth_efficiency=0.785, compute_efficiency=0.443, step_overhead_s=0.001,
+        bandwidth_efficiency=0.864, compute_efficiency=0.487, step_overhead_s=0.001,
         per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.413,
-        moe_compute_efficiency=0.850, format_efficiency=(("fp8", 0.325), ("mxfp4", 0.496)),
+        moe_compute_efficiency=0.680, format_efficiency=(("fp8", 0.325), ("mxfp4", 0.546)),
     ),
     "ampere": Calibration(
-        bandwidth_efficiency=0.65, compute_efficiency=0.559, step_overhead_s=0.0005,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.269,
-        moe_compute_efficiency=0.522, format_efficiency=(("fp8", 0.183), ("mxfp4", 0.903)),
+        bandwidth_efficiency=0.715, compute_efficiency=0.503, step_overhead_s=0.0005,
+        per_seq_overhead_s=2.4e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.215,
+        moe_compute_efficiency=0.522, format_efficiency=(("fp8", 0.201), ("mxfp4", 0.813)),
     ),
+    # Fitted on dense bf16 RTX 4090 runs only: the MoE and format factors are Ampere's.
     "ada": Calibration(
-        bandwidth_efficiency=0.878, compute_efficiency=0.681, step_overhead_s=0.0005,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.269,
-        moe_compute_efficiency=0.639, format_efficiency=(("fp8", 0.192), ("mxfp4", 0.696)),
+        bandwidth_efficiency=0.878, compute_efficiency=0.749, step_overhead_s=0.0005,
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.215,
+        moe_compute_efficiency=0.522, format_efficiency=(("fp8", 0.201), ("mxfp4", 0.813)),
     ),
 }
 
