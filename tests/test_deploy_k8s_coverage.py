@@ -54,10 +54,7 @@ def test_every_fleet_field_is_rendered_planned_read_by_the_gateway_or_warned() -
 def _fleet(edit: dict[str, Any]) -> FleetSpec:
     data = yaml.safe_load(S0_FLEET)
     for key, value in edit.items():
-        if key == "lora":
-            data["models"][0]["lora"] = value
-        else:
-            data[key] = value
+        data[key] = value
     return parse_fleet(yaml.safe_dump(data), filename="s0.yaml", base_dir="/srv")
 
 
@@ -85,8 +82,6 @@ def test_a_plain_fleet_with_shared_stores_renders_without_warnings() -> None:
         ({"gateway": {"console_allowed_hosts": ["llm.example.com"]}}, {},
          "gateway.console_allowed_hosts"),
         ({"gateway": {"metrics_token_env": "SCRAPE_TOKEN"}}, {}, "$SCRAPE_TOKEN"),
-        ({"lora": {"adapters": [{"name": "sql", "source": "/adapters/sql"}]}}, {},
-         "models[qwen3-embedding-0.6b].lora"),
         ({"scaling": {"policy": {"target_ttft_p95_s": 2.0}}}, {},
          "scaling.policy.target_ttft_p95_s"),
         ({"scaling": {"models": {"qwen3-embedding-0.6b": {"max_replicas": 4}}}},

@@ -54,9 +54,10 @@ FIELDS: dict[str, Coverage] = {
     "models.max_tokens_cap.limit": "gateway", "models.max_tokens_cap.action": "gateway",
     "models.timeouts.connect_s": "gateway", "models.timeouts.first_byte_s": "gateway",
     "models.timeouts.idle_s": "gateway", "models.timeouts.total_s": "gateway",
-    "models.lora.max_loras": "warn", "models.lora.max_lora_rank": "warn",
-    "models.lora.max_cpu_loras": "warn", "models.lora.adapters.name": "warn",
-    "models.lora.adapters.source": "warn", "models.lora.adapters.aliases": "warn",
+    # LoRA: the engine flags come from the plan; adapter dirs are mounted (deploy/k8s/weights.py)
+    "models.lora.max_loras": "plan", "models.lora.max_lora_rank": "plan",
+    "models.lora.max_cpu_loras": "plan", "models.lora.adapters.name": "plan",
+    "models.lora.adapters.source": "rendered", "models.lora.adapters.aliases": "gateway",
     # The pods listen on every interface whatever the fleet says (a pod must).
     "gateway.host": "rendered", "gateway.port": "rendered", "gateway.max_body_mib": "rendered",
     "gateway.timeouts.connect_s": "rendered", "gateway.timeouts.first_byte_s": "gateway",
@@ -133,11 +134,6 @@ def _gateway(ctx: K8sContext) -> list[str]:
     return out
 
 
-def _models(ctx: K8sContext) -> list[str]:
-    return [f"models[{m.name}].lora: LoRA adapters are not rendered for Kubernetes; its "
-            "engines start without them" for m in ctx.fleet.models if m.lora is not None]
-
-
 def _scaling(ctx: K8sContext) -> list[str]:
     scaling = ctx.fleet.scaling
     auto = ctx.options.autoscaler
@@ -179,7 +175,7 @@ def _pools(ctx: K8sContext) -> list[str]:
     return out
 
 
-CHECKS: tuple[Callable[[K8sContext], list[str]], ...] = (_gateway, _models, _scaling, _pools)
+CHECKS: tuple[Callable[[K8sContext], list[str]], ...] = (_gateway, _scaling, _pools)
 
 
 def warnings(ctx: K8sContext) -> list[str]:
