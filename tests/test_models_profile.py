@@ -20,6 +20,9 @@ PUBLISHED_PARAMS = {
     "meta-llama--Llama-3.1-70B-Instruct": 70_553_706_496,
     "nvidia--Llama-3.1-70B-Instruct-FP8": 70_553_706_496,  # same architecture, FP8 weights
     "Qwen--Qwen2.5-7B-Instruct": 7_615_616_512,
+    "Qwen--Qwen2.5-14B-Instruct": 14_770_033_664,
+    "Qwen--Qwen2.5-32B-Instruct": 32_763_876_352,
+    "microsoft--phi-4": 14_659_507_200,
     "Qwen--Qwen3-8B": 8_190_735_360,
     "Qwen--Qwen3-32B": 32_762_123_264,
     "Qwen--Qwen3-32B-FP8": 32_762_123_264,
