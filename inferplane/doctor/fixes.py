@@ -393,6 +393,17 @@ def sampler_seqs(ctx: FixContext, got: Values) -> Values:
     out: Values = {"utilization_down": _fmt(max(0.5, ctx.utilization - 0.05)),
                    "seqs_half": str(max(1, reqs // 2)),
                    "sampler_text": "memory proportional to max_num_seqs x vocabulary size"}
+    # a cut traceback or a title names the warm-up but not its size: say so, and advise
+    # by ratio (the sampler's memory is linear in the request count)
+    if reqs >= 1:
+        out["dummy_reqs_text"] = f"{reqs} dummy requests"
+        out["seqs_advice"] = (f"{max(1, reqs // 2)} (half the {reqs} the warm-up used) takes "
+                              "half the sampler memory")
+    else:
+        out["dummy_reqs_text"] = ("max_num_seqs dummy requests (the log does not say how "
+                                  "many)")
+        out["seqs_advice"] = ("set it explicitly below the default this vLLM chose for the "
+                              "GPU (halving it halves the sampler memory)")
     if ctx.profile is None or reqs < 2:
         return out
     from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION
