@@ -229,3 +229,14 @@ def test_a_sampler_oom_without_its_size_is_still_fully_explained() -> None:
     finding = found["sampler-warmup-oom"]
     assert not finding.missing and "does not say how many" in finding.cause
     assert "--max-num-seqs" in finding.fix and "max-model-len" not in finding.fix
+
+
+@pytest.mark.parametrize(("name", "sig", "words"), [
+    ("bf16-pre-ampere.qanything128.log", "bf16-pre-ampere", "names neither it nor"),
+    ("tp-heads-not-divisible.gpustack885.log", "tp-heads-not-divisible", "does not say which"),
+])
+def test_a_cause_whose_numbers_the_log_lacks_says_so_in_words(name: str, sig: str,
+                                                               words: str) -> None:
+    found = {f.signature.id: f for f in diagnose_text((DATA / name).read_text(),
+                                                      source=name).findings}
+    assert not found[sig].missing and words in found[sig].cause
