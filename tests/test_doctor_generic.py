@@ -207,6 +207,14 @@ def test_signals_are_named_by_number_name_exit_code_and_words() -> None:
     ("ValueError: The checkpoint you are trying to load has model type qwen3_moe but "
      "Transformers does not recognize this architecture.", "model-architecture"),
     ("curl: (52) Empty reply from server", "proxy-timeout"),
+    # heldout-10's families, in words the rules did not have before
+    ("KeyError: 'qwen2_5_omni'", "model-architecture"),
+    ("HFValidationError: Repo id must use alphanumeric chars or '-', '_', '.': '/model'.",
+     "model-files"),
+    ("a cold start can be liveness-killed mid model load", "probe-kill"),
+    ("Why doesn't my Kubernetes node recognize the GPU after installing the drivers?",
+     "gpu-runtime"),
+    ("the model freezes (stuck) when using 4 or more GPUs", "collective-hang"),
 ])
 def test_unseen_wordings_get_their_class(text: str, rule: str) -> None:
     found = _generic(text)
