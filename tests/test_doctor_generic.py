@@ -215,6 +215,9 @@ def test_signals_are_named_by_number_name_exit_code_and_words() -> None:
     ("Why doesn't my Kubernetes node recognize the GPU after installing the drivers?",
      "gpu-runtime"),
     ("the model freezes (stuck) when using 4 or more GPUs", "collective-hang"),
+    # heldout-11's: AWQ with bfloat16 is the quantization's dtype, not the GPU's age
+    ("Mistral 7B with AWQ - bfloat16 error", "quant-dtype"),
+    ('    config_class = CONFIG_MAPPING[config_dict["model_type"]]', "model-architecture"),
 ])
 def test_unseen_wordings_get_their_class(text: str, rule: str) -> None:
     found = _generic(text)
