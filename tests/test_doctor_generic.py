@@ -185,3 +185,69 @@ def test_a_traceback_cut_before_its_message_is_classed_by_its_failing_frame() ->
     assert dtype is not None and dtype.rule.class_of == "bf16-pre-ampere"
     heads = _generic("Total number of attention heads must be divisible by tensor parallel size")
     assert heads is not None and heads.rule.class_of == "tp-heads-not-divisible"
+
+
+def test_signals_are_named_by_number_name_exit_code_and_words() -> None:
+    text = ("Error: Download process was signaled to shutdown with signal 7\n"
+            "command terminated with exit code 137\nFatal Python error: SIGSEGV\n"
+            "RuntimeError: DataLoader worker (pid 9) is killed by signal: Bus error.")
+    assert error_codes(read_lines(text))["signal"] == [
+        "SIGBUS (signal 7)", "SIGKILL (signal 9)", "SIGSEGV (signal 11)"]
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    # SIGBUS from a process mapping /dev/shm, in TGI's words (heldout-9's miss)
+    ("Error: Download process was signaled to shutdown with signal 7", "shared-memory"),
+    # the warm-up's frame with the message cut off, and the warm-up in prose
+    ('  File "/x/vllm/v1/worker/gpu_model_runner.py", line 1292, in _dummy_sampler_run',
+     "sampler-warmup"),
+    ("[Bug]: CUDA OOM during sampler warmup on vLLM Nightly", "sampler-warmup"),
+    ("requests.exceptions.HTTPError: The request model: my_model does not exist!",
+     "model-files"),
+    ("ValueError: The checkpoint you are trying to load has model type qwen3_moe but "
+     "Transformers does not recognize this architecture.", "model-architecture"),
+    ("curl: (52) Empty reply from server", "proxy-timeout"),
+    # heldout-10's families, in words the rules did not have before
+    ("KeyError: 'qwen2_5_omni'", "model-architecture"),
+    ("HFValidationError: Repo id must use alphanumeric chars or '-', '_', '.': '/model'.",
+     "model-files"),
+    ("a cold start can be liveness-killed mid model load", "probe-kill"),
+    ("Why doesn't my Kubernetes node recognize the GPU after installing the drivers?",
+     "gpu-runtime"),
+    ("the model freezes (stuck) when using 4 or more GPUs", "collective-hang"),
+    # heldout-11's: AWQ with bfloat16 is the quantization's dtype, not the GPU's age
+    ("Mistral 7B with AWQ - bfloat16 error", "quant-dtype"),
+    ('    config_class = CONFIG_MAPPING[config_dict["model_type"]]', "model-architecture"),
+])
+def test_unseen_wordings_get_their_class(text: str, rule: str) -> None:
+    found = _generic(text)
+    assert found is not None and found.rule.id == rule
+
+
+def test_the_api_404_for_a_served_name_is_not_missing_files() -> None:
+    api = ('{"object":"error","message":"The model `llama` does not exist.",'
+           '"type":"NotFoundError","code":404}')
+    ids = {f.signature.id for f in diagnose_text(api, source="api").findings}
+    assert ids == {"model-not-found"}
+    hub = "requests.exceptions.HTTPError: The request model: my_model does not exist!"
+    ids = {f.signature.id for f in diagnose_text(hub, source="hub").findings}
+    assert ids == {"missing-model-files"}
+
+
+def test_a_sampler_oom_without_its_size_is_still_fully_explained() -> None:
+    found = {f.signature.id: f for f in diagnose_text(
+        "[Bug]: CUDA OOM during sampler warmup with DeepSeek-V3.2", source="t").findings}
+    finding = found["sampler-warmup-oom"]
+    assert not finding.missing and "does not say how many" in finding.cause
+    assert "--max-num-seqs" in finding.fix and "max-model-len" not in finding.fix
+
+
+@pytest.mark.parametrize(("name", "sig", "words"), [
+    ("bf16-pre-ampere.qanything128.log", "bf16-pre-ampere", "names neither it nor"),
+    ("tp-heads-not-divisible.gpustack885.log", "tp-heads-not-divisible", "does not say which"),
+])
+def test_a_cause_whose_numbers_the_log_lacks_says_so_in_words(name: str, sig: str,
+                                                               words: str) -> None:
+    found = {f.signature.id: f for f in diagnose_text((DATA / name).read_text(),
+                                                      source=name).findings}
+    assert not found[sig].missing and words in found[sig].cause

@@ -216,6 +216,9 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
     """P11: the valid TP sizes, from the model's heads (and KV heads) when the model is
     known, else from the head count in the message."""
     tp = int(got.get("tp") or ctx.tp)
+    said_tp = got.get("tp") or ctx.log.tensor_parallel_size
+    out: Values = {"tp_text": f"TP {said_tp}" if said_tp else
+                   "the --tensor-parallel-size asked for (the log does not say which)"}
     if ctx.profile is not None:
         ctx.used_estimator = True  # the model's real head counts
         valid = _valid_tp(ctx, limit=max(16, tp))
@@ -224,11 +227,13 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
     else:
         count = int(got.get("heads") or got.get("kv_heads") or 0)
         if count == 0:  # the rule quoted without its numbers: nothing to compute from
-            raise ValueError("the log names no head count and no model")
+            out["heads_text"] = ("the model's attention heads (the log names neither their "
+                                 "count nor the model)")
+            return out  # no valid_tp: the fix without numbers (fix_generic) is shown
         valid = [d for d in range(1, min(count, 64) + 1) if count % d == 0]
         kind = "attention" if got.get("heads") else "KV"
         heads = f"the {count} {kind} heads"
-    out: Values = {"heads_text": heads, "valid_tp_list": ", ".join(map(str, valid))}
+    out |= {"heads_text": heads, "valid_tp_list": ", ".join(map(str, valid))}
     smaller = [t for t in valid if t < tp]
     out["valid_tp"] = str(smaller[-1] if smaller else valid[0]) if valid else "1"
     return out
@@ -242,6 +247,20 @@ _SERVE_REJECTS = {
                        "itself existed only from about 0.6.4 (deprecated in 0.10), so an older "
                        "image needs an upgrade instead"),
 }
+
+
+def bf16_gpu(ctx: FixContext, got: Values) -> Values:
+    """The GPU the bfloat16 check refused, in whatever detail the log gives (a traceback cut
+    before the message names neither the GPU nor its compute capability)."""
+    name, cap = got.get("gpu_name"), got.get("capability")
+    if name and cap:
+        text = f"{name} (compute capability {cap})"
+    elif name or cap:
+        text = f"{name}" if name else f"this GPU (compute capability {cap})"
+    else:
+        text = ("this GPU (the log names neither it nor its compute capability; bfloat16 "
+                "needs 8.0)")
+    return {"gpu_text": text}
 
 
 def removed_flags(ctx: FixContext, got: Values) -> Values:
@@ -393,6 +412,17 @@ def sampler_seqs(ctx: FixContext, got: Values) -> Values:
     out: Values = {"utilization_down": _fmt(max(0.5, ctx.utilization - 0.05)),
                    "seqs_half": str(max(1, reqs // 2)),
                    "sampler_text": "memory proportional to max_num_seqs x vocabulary size"}
+    # a cut traceback or a title names the warm-up but not its size: say so, and advise
+    # by ratio (the sampler's memory is linear in the request count)
+    if reqs >= 1:
+        out["dummy_reqs_text"] = f"{reqs} dummy requests"
+        out["seqs_advice"] = (f"{max(1, reqs // 2)} (half the {reqs} the warm-up used) takes "
+                              "half the sampler memory")
+    else:
+        out["dummy_reqs_text"] = ("max_num_seqs dummy requests (the log does not say how "
+                                  "many)")
+        out["seqs_advice"] = ("set it explicitly below the default this vLLM chose for the "
+                              "GPU (halving it halves the sampler memory)")
     if ctx.profile is None or reqs < 2:
         return out
     from inferplane.engines.vllm.versions import DEFAULT_VLLM_VERSION
@@ -469,7 +499,8 @@ def arch_text(ctx: FixContext, got: Values) -> Values:
 
 COMPUTE.update({
     "arch_text": arch_text,
-    "oom_startup": oom_startup, "sampler_seqs": sampler_seqs, "fp8_caps": fp8_caps,
+    "oom_startup": oom_startup, "sampler_seqs": sampler_seqs, "bf16_gpu": bf16_gpu,
+    "fp8_caps": fp8_caps,
     "ray_node": ray_node, "disk_path": disk_path, "library_text": library_text,
     "derived_len": derived_len,
 })

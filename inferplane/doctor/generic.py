@@ -10,8 +10,10 @@ CUDA/NCCL/HTTP error codes, and how far the engine got (the phase). Rules are da
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
+import signal
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -59,6 +61,12 @@ _CUDA = re.compile(r"\b(cudaError\w+)\b|CUDA error: ([^.\n]+)|[Ee]rror (80[0-9]|
                    r"cuda runtime error \((\d+)\)|cudaSuccess \((\d+) vs")
 _NCCL = re.compile(r"\b(nccl[A-Z]\w*Error|NCCL_ERROR_\w+)\b|NCCL (?:error|Error \d+): ?"
                    r"([^,(\n]+)")
+# signals by number or name, and the shell's 128+N exit codes; "signal 7" is SIGBUS on Linux
+_SIGNAL = re.compile(r"\bsignal:? ?(\d{1,2})\b|\b(SIG(?:BUS|SEGV|KILL|TERM|ABRT|ILL|INT|"
+                     r"HUP|PIPE|FPE))\b|\bexit(?:ed with)? code:? ?(1[3-5][0-9])\b|"
+                     r"killed by signal: (Bus error|Segmentation fault|Killed|Aborted)")
+_SIGNAL_WORDS = {"Bus error": "SIGBUS", "Segmentation fault": "SIGSEGV", "Killed": "SIGKILL",
+                 "Aborted": "SIGABRT"}
 _HTTP = re.compile(r"\b([45][0-9][0-9]) (?:Client|Server) Error|HTTP/[0-9.]+\" ([45][0-9]"
                    r"[0-9]) |\b(50[234]) (?:Gateway|Bad Gateway|Service)|\b(40[134]|413|429) "
                    r"(?:Unauthorized|Forbidden|Not Found|Request Entity|Too Many)")
@@ -234,10 +242,27 @@ def error_codes(lines: list[LogLine]) -> dict[str, list[str]]:
             add("nccl", next(g for g in m.groups() if g))
         for m in _HTTP.finditer(line.text):
             add("http", next(g for g in m.groups() if g))
+        for m in _SIGNAL.finditer(line.text):
+            add("signal", _signal_name(*m.groups()))
     for kind in list(codes):
         if not codes[kind]:
             del codes[kind]
     return codes
+
+
+def _signal_name(number: str | None, name: str | None, exit_code: str | None,
+                 words: str | None) -> str:
+    """`SIGBUS (signal 7)` for any of the ways a log names a signal (Linux numbering)."""
+    if words is not None:
+        name = _SIGNAL_WORDS[words]
+    num = int(number) if number else (int(exit_code) - 128 if exit_code else None)
+    if num is not None:
+        with contextlib.suppress(ValueError):
+            name = signal.Signals(num).name
+        return f"{name} (signal {num})" if name else f"signal {num}"
+    if name is not None and hasattr(signal, name):
+        return f"{name} (signal {int(getattr(signal, name))})"
+    return name or "a signal"
 
 
 def _code_text(codes: dict[str, list[str]]) -> str:
