@@ -11,6 +11,8 @@ import httpx
 import pytest
 from sim_runtime import CHAT_FLEET, start_runtime
 
+from inferplane.gateway.metrics import GatewayMetrics
+from inferplane.scaling.controller import gateway_totals
 from inferplane.scaling.events import read_events
 from inferplane.scaling.policy import ModelAutoscaler, Observation
 from inferplane.scaling.sla import (
@@ -156,6 +158,22 @@ def test_sla_mode_scales_on_the_model_before_any_queue() -> None:
     assert s.observe(2, falling) is None
     d = s.observe(7, falling)
     assert d is not None and d.action == "scale_down" and d.desired == 2
+
+
+def test_the_autoscaler_reads_the_gateways_counts_before_any_scrape() -> None:
+    """The gateway keeps per-request counts pending until a collection folds them; the
+    SLA rate and mix must see every finished request even when nothing scrapes."""
+    metrics = GatewayMetrics(lambda: iter(()))
+    series = metrics.series("chat", "chat-0")
+    for status in (200, 200, 429):
+        series.count(status)
+    metrics.add_tokens("chat", 60, 200)
+    metrics.add_tokens("other", 7, 7)
+    assert gateway_totals(metrics, "chat") == (3, 60, 200)
+    series.count(200)
+    metrics.add_tokens("chat", 60, 200)
+    assert gateway_totals(metrics, "chat") == (4, 120, 400)  # nothing counted twice
+    assert gateway_totals(metrics, "absent") == (0, 0, 0)
 
 
 async def test_a_rising_rate_adds_replicas_before_ttft_p95_crosses_its_target(

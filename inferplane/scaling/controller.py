@@ -35,6 +35,7 @@ from inferplane.engines import engine_for, read_metrics
 from inferplane.engines import metrics as vocabulary
 from inferplane.errors import InferplaneError
 from inferplane.gateway.engine_metrics import parse_engine_load
+from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.scaling.events import EventLog
 from inferplane.scaling.metrics import ModelState, ScalingMetrics
 from inferplane.scaling.policy import Decision, ModelAutoscaler, Observation
@@ -47,6 +48,17 @@ log = logging.getLogger("inferplane.scaling")
 # The engines the autoscaler reads all speak vLLM's metric names (the simulator too).
 _METRICS = engine_for("vllm").metrics
 _LATENCIES = (vocabulary.INTER_TOKEN_LATENCY, vocabulary.TIME_TO_FIRST_TOKEN)
+
+
+def gateway_totals(metrics: GatewayMetrics, model: str) -> tuple[float, float, float]:
+    """(finished requests, prompt tokens, completion tokens) the gateway counted for
+    `model` so far. The gateway keeps per-request counts pending until its registry is
+    collected (gateway/metrics.py); fold them first, or these stay at the last scrape's
+    values (none at all when nothing scrapes) and the SLA rate and mix go stale."""
+    metrics.fold()
+    return (_count(metrics.requests, model),
+            _count(metrics.tokens, model, kind="prompt"),
+            _count(metrics.tokens, model, kind="completion"))
 
 
 def _count(counter: Any, model: str, **labels: str) -> float:
@@ -273,11 +285,11 @@ class ScalingController:
             for b, _, _ in ttft:
                 for le, v in b.items():
                     buckets[le] = buckets.get(le, 0.0) + v
-            m = rt.gateway.metrics
+            finished, prompt_tokens, completion_tokens = gateway_totals(rt.gateway.metrics,
+                                                                        model)
             tracker.update(
-                now, finished=_count(m.requests, model),
-                prompt_tokens=_count(m.tokens, model, kind="prompt"),
-                completion_tokens=_count(m.tokens, model, kind="completion"),
+                now, finished=finished, prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
                 backlog=in_flight + len(pool.queue),
                 itl=(sum(x[1] for x in itl), sum(x[2] for x in itl)), ttft_buckets=buckets,
                 running=running / max(1, len(ready)),
