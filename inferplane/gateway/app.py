@@ -43,21 +43,17 @@ from inferplane.gateway.monitor import Monitor
 from inferplane.gateway.names import UNKNOWN_MODEL
 from inferplane.gateway.pool import Pool
 from inferplane.gateway.record import Record, usage_from
-from inferplane.gateway.refusals import send_redirect, wants_html
 from inferplane.gateway.replica_header import ReplicaHeader
 from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
 from inferplane.gateway.responses_guard import guard_responses_body, stores_response
 from inferplane.gateway.routes import (
     MODEL_PATHS,
-    MODELS_PREFIX,
-    REFUSED,
     RESPONSES_PATH,
-    RESPONSES_PREFIX,
     ResponseOwners,
     model_not_found,
     response_not_found,
 )
-from inferplane.gateway.routing import acquire, pick_pool, rewrite
+from inferplane.gateway.routing import acquire, others_than_owner, pick_pool, rewrite
 from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.state import GatewayState
 from inferplane.gateway.tracing import RequestTrace, Tracing, tracing_for
@@ -191,49 +187,15 @@ class GatewayApp:
         kind = scope["type"]
         if kind == "http":
             path = scope["path"]
-            method = scope["method"]
-            if path in MODEL_PATHS:
-                if method == "POST":
-                    if not self._started:
-                        await self.startup()  # embedded without lifespan events
-                    if self.tracing is None:
-                        await self._proxy(scope, receive, send, path)
-                    else:
-                        await self.tracing.serve(self._proxy, scope, receive, send, path)
+            if path in MODEL_PATHS and scope["method"] == "POST":
+                if not self._started:
+                    await self.startup()  # embedded without lifespan events
+                if self.tracing is None:
+                    await self._proxy(scope, receive, send, path)
                 else:
-                    await respond(send, 405, error_body(405, "use POST"))
-            elif method == "GET" and path == "/v1/models":
-                await endpoints.models(self, scope, send, None)
-            elif path.startswith(MODELS_PREFIX):
-                if method == "GET":
-                    await endpoints.models(self, scope, send, path[len(MODELS_PREFIX) :])
-                else:
-                    await respond(send, 405, error_body(405, "use GET"))
-            elif path.startswith(RESPONSES_PREFIX):
-                await endpoints.response_by_id(self, scope, receive, send, path)
-            elif method == "GET" and path == "/health":
-                await respond(send, 200, b'{"status":"ok"}')
-            elif method == "GET" and path == "/ready":
-                await endpoints.ready(self, send)
-            elif path == "/ui" or path.startswith("/ui/"):
-                if self.console is None:
-                    message = "the web console is off (gateway.console: false, or up --no-console)"
-                    await respond(send, 404, error_body(404, message))
-                else:
-                    await self.console(scope, receive, send)
-            elif path.startswith("/admin/") and self.tenancy is not None:
-                from inferplane.tenancy.admin import handle
-
-                await handle(self.tenancy, scope, receive, send)
-            elif method == "GET" and path == "/metrics":
-                await endpoints.metrics(self, scope, send)
-            elif path in REFUSED:  # vLLM routes the gateway does not serve, and why
-                await respond(send, REFUSED[path].status, REFUSED[path].body(method, path))
-            elif path == "/" and method == "GET" and self.console is not None and wants_html(
-                    header(scope, b"accept")):
-                await send_redirect(send, "/ui")  # a browser at the root: the console
+                    await self.tracing.serve(self._proxy, scope, receive, send, path)
             else:
-                await respond(send, 404, error_body(404, f"no route for {method} {path}"))
+                await endpoints.dispatch(self, scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         elif kind == "websocket":
@@ -352,16 +314,13 @@ class GatewayApp:
         others: list[Backend] = []
         previous = data.get("previous_response_id") if path == RESPONSES_PATH else None
         if previous is not None:
-            # vLLM keeps the earlier turn in the memory of the replica that made it.
-            owner = self.responses.get(previous) if type(previous) is str else None
-            if owner is None or owner.model != route.name or owner.key_id not in (
-                None, rec.key_id
-            ):  # unknown, another model's, or another key's: as vLLM answers a lost id
+            found = others_than_owner(self.responses, previous, pool, rec.key_id)
+            if found is None:  # unknown, another model's, or another key's id
                 tenancy_done(tenancy, adm, est, rid, route.name, Record(), 404, 0.0, stream)
                 self.metrics.series(route.name, "-").count(404)
                 await respond(send, 404, response_not_found(str(previous)), rid)
                 return
-            others = [b for b in pool.backends if b.url != owner.url]
+            others = found
         task = asyncio.current_task()
         assert task is not None
         rec.task = task

@@ -20,7 +20,7 @@ from inferplane.gateway.errors import ClientError, error_body
 from inferplane.gateway.pool import NoReplica, Pool
 from inferplane.gateway.record import Record
 from inferplane.gateway.request import estimate_prompt_tokens
-from inferplane.gateway.routes import GENERATION_LIMITS
+from inferplane.gateway.routes import GENERATION_LIMITS, ResponseOwners
 from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.state import GatewayState
 
@@ -64,6 +64,18 @@ def rewrite(data: dict[str, Any], body: bytes, model: str, route: ModelRoute, pa
             data[keys[0]] = cap
             changed = True
     return orjson.dumps(data) if changed else body
+
+
+def others_than_owner(
+    responses: ResponseOwners, previous: object, pool: Pool, key_id: str | None
+) -> list[Backend] | None:
+    """A continuation (`previous_response_id`): the pool's replicas other than the one
+    holding the earlier turn (vLLM keeps it in that replica's memory), to try after it;
+    None when the id is unknown, another model's or another key's (vLLM's 404)."""
+    owner = responses.get(previous) if type(previous) is str else None
+    if owner is None or owner.model != pool.route.name or owner.key_id not in (None, key_id):
+        return None
+    return [b for b in pool.backends if b.url != owner.url]
 
 
 async def acquire(
