@@ -9,9 +9,9 @@ Prints, per row: RPS, then the share of on-CPU samples per stage of the request'
 
     python benchmarks/profile_gateway.py [--seconds 8] [--concurrency 32] [--rows bare,tenancy]
 
-Needs node, wrk and py-spy (`pip install py-spy`; sampling another process needs root or
-ptrace permission). The numbers are shares of one process's samples, never wall-clock
-claims; RPS under py-spy is lower than without it (sampling costs a little CPU).
+Needs node, wrk and py-spy (`pip install 'inferplane[profile]'`; sampling another process
+needs root or ptrace permission). The numbers are shares of one process's samples, never
+wall-clock claims; RPS under py-spy is lower than without it (sampling costs CPU).
 """
 
 from __future__ import annotations

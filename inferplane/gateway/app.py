@@ -38,27 +38,23 @@ from inferplane.gateway.connections import CONNECTION, Connections, ConnectionsC
 from inferplane.gateway.errors import ClientError, error_body
 from inferplane.gateway.forward import Forwarder
 from inferplane.gateway.health import PassiveHealth
-from inferplane.gateway.lora import AdapterHoldings, AdapterLoadError, AdapterRoute
+from inferplane.gateway.lora import AdapterHoldings
 from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
 from inferplane.gateway.names import UNKNOWN_MODEL
 from inferplane.gateway.pool import Pool
 from inferplane.gateway.record import Record, usage_from
-from inferplane.gateway.refusals import send_redirect, wants_html
 from inferplane.gateway.replica_header import ReplicaHeader
 from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
 from inferplane.gateway.responses_guard import guard_responses_body, stores_response
 from inferplane.gateway.routes import (
     MODEL_PATHS,
-    MODELS_PREFIX,
-    REFUSED,
     RESPONSES_PATH,
-    RESPONSES_PREFIX,
     ResponseOwners,
     model_not_found,
     response_not_found,
 )
-from inferplane.gateway.routing import acquire, pick_pool, rewrite
+from inferplane.gateway.routing import acquire, adapter_ready, others_than_owner, pick_pool, rewrite
 from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.state import GatewayState
 from inferplane.gateway.tracing import RequestTrace, Tracing, tracing_for
@@ -196,49 +192,15 @@ class GatewayApp:
         kind = scope["type"]
         if kind == "http":
             path = scope["path"]
-            method = scope["method"]
-            if path in MODEL_PATHS:
-                if method == "POST":
-                    if not self._started:
-                        await self.startup()  # embedded without lifespan events
-                    if self.tracing is None:
-                        await self._proxy(scope, receive, send, path)
-                    else:
-                        await self.tracing.serve(self._proxy, scope, receive, send, path)
+            if path in MODEL_PATHS and scope["method"] == "POST":
+                if not self._started:
+                    await self.startup()  # embedded without lifespan events
+                if self.tracing is None:
+                    await self._proxy(scope, receive, send, path)
                 else:
-                    await respond(send, 405, error_body(405, "use POST"))
-            elif method == "GET" and path == "/v1/models":
-                await endpoints.models(self, scope, send, None)
-            elif path.startswith(MODELS_PREFIX):
-                if method == "GET":
-                    await endpoints.models(self, scope, send, path[len(MODELS_PREFIX) :])
-                else:
-                    await respond(send, 405, error_body(405, "use GET"))
-            elif path.startswith(RESPONSES_PREFIX):
-                await endpoints.response_by_id(self, scope, receive, send, path)
-            elif method == "GET" and path == "/health":
-                await respond(send, 200, b'{"status":"ok"}')
-            elif method == "GET" and path == "/ready":
-                await endpoints.ready(self, send)
-            elif path == "/ui" or path.startswith("/ui/"):
-                if self.console is None:
-                    message = "the web console is off (gateway.console: false, or up --no-console)"
-                    await respond(send, 404, error_body(404, message))
-                else:
-                    await self.console(scope, receive, send)
-            elif path.startswith("/admin/") and self.tenancy is not None:
-                from inferplane.tenancy.admin import handle
-
-                await handle(self.tenancy, scope, receive, send)
-            elif method == "GET" and path == "/metrics":
-                await endpoints.metrics(self, scope, send)
-            elif path in REFUSED:  # vLLM routes the gateway does not serve, and why
-                await respond(send, REFUSED[path].status, REFUSED[path].body(method, path))
-            elif path == "/" and method == "GET" and self.console is not None and wants_html(
-                    header(scope, b"accept")):
-                await send_redirect(send, "/ui")  # a browser at the root: the console
+                    await self.tracing.serve(self._proxy, scope, receive, send, path)
             else:
-                await respond(send, 404, error_body(404, f"no route for {method} {path}"))
+                await endpoints.dispatch(self, scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         elif kind == "websocket":
@@ -363,16 +325,13 @@ class GatewayApp:
         others: list[Backend] = []
         previous = data.get("previous_response_id") if path == RESPONSES_PATH else None
         if previous is not None:
-            # vLLM keeps the earlier turn in the memory of the replica that made it.
-            owner = self.responses.get(previous) if type(previous) is str else None
-            if owner is None or owner.model != route.name or owner.key_id not in (
-                None, rec.key_id
-            ):  # unknown, another model's, or another key's: as vLLM answers a lost id
+            found = others_than_owner(self.responses, previous, pool, rec.key_id)
+            if found is None:  # unknown, another model's, or another key's id
                 tenancy_done(tenancy, adm, est, rid, served, Record(), 404, 0.0, stream)
                 self.metrics.series(served, "-").count(404)
                 await respond(send, 404, response_not_found(str(previous)), rid)
                 return
-            others = [b for b in pool.backends if b.url != owner.url]
+            others = found
         task = asyncio.current_task()
         assert task is not None
         rec.task = task
@@ -396,8 +355,9 @@ class GatewayApp:
                 if backend is None:
                     return
             rec.backend = backend
-            if adapter is not None and not await self._adapter_ready(pool, adapter, rec, send,
-                                                                     rid):
+            if adapter is not None and not await adapter_ready(
+                self.adapters, pool, adapter, rec, send, rid
+            ):
                 return
             rec.queue_wait = loop.time() - t0
             if trace is not None:
@@ -438,25 +398,6 @@ class GatewayApp:
                     rec.ttft, stream, rec.retries, rec.prompt_tokens, rec.completion_tokens,
                 )  # fmt: skip
             tenancy_done(tenancy, adm, est, rid, served, rec, rec.status, total, stream)
-
-    async def _adapter_ready(
-        self, pool: Pool, adapter: AdapterRoute, rec: Record, send: Send, rid: bytes
-    ) -> bool:
-        """Make sure the chosen replica holds the adapter (loading it there, bounded by
-        the model's queue wait); else answer 503 and say why."""
-        backend = rec.backend
-        assert backend is not None
-        try:
-            await self.adapters.ensure(backend, adapter, pool.route.admission.max_queue_wait_s)
-            self.adapters.served(backend.url, adapter.name, pool.route.adapter_cache_slots)
-            rec.adapter = adapter.name
-            return True
-        except AdapterLoadError as exc:
-            rec.status = 503
-            rec.finished = True
-            retry = [(b"retry-after", str(pool.route.admission.retry_after_s).encode())]
-            await respond(send, 503, error_body(503, str(exc)), rid, extra=retry)
-            return False
 
 
 def build_app(config: GatewayConfig, tenancy: Tenancy | None = None) -> GatewayApp:

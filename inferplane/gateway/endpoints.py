@@ -1,5 +1,6 @@
 """The gateway's own routes, off the proxy path: model listing, readiness, metrics,
-`/v1/responses/{id}`, and the refusal of WebSocket handshakes."""
+`/v1/responses/{id}`, the console and admin mounts, refusals (vLLM routes the gateway does
+not serve, WebSocket handshakes) and 404/405s."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import orjson
 
 from inferplane.gateway.asgi import JSON_HEADER, Receive, Scope, Send, header, respond
 from inferplane.gateway.errors import ClientError, error_body
-from inferplane.gateway.refusals import key_refusal
+from inferplane.gateway.refusals import key_refusal, send_redirect, wants_html
 from inferplane.gateway.routes import (
+    MODEL_PATHS,
+    MODELS_PREFIX,
     REFUSED,
+    RESPONSES_PREFIX,
     model_not_found,
     response_not_found,
     split_response_path,
@@ -23,6 +27,46 @@ if TYPE_CHECKING:
     from inferplane.tenancy.keys import KeyPolicy
 
 _NO_METRICS_TOKEN = error_body(401, "metrics need the scrape token: 'Authorization: Bearer ...'")
+
+
+async def dispatch(app: GatewayApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Every HTTP request but a model-addressed POST (the proxy's)."""
+    path = scope["path"]
+    method = scope["method"]
+    if path in MODEL_PATHS:
+        await respond(send, 405, error_body(405, "use POST"))
+    elif method == "GET" and path == "/v1/models":
+        await models(app, scope, send, None)
+    elif path.startswith(MODELS_PREFIX):
+        if method == "GET":
+            await models(app, scope, send, path[len(MODELS_PREFIX) :])
+        else:
+            await respond(send, 405, error_body(405, "use GET"))
+    elif path.startswith(RESPONSES_PREFIX):
+        await response_by_id(app, scope, receive, send, path)
+    elif method == "GET" and path == "/health":
+        await respond(send, 200, b'{"status":"ok"}')
+    elif method == "GET" and path == "/ready":
+        await ready(app, send)
+    elif path == "/ui" or path.startswith("/ui/"):
+        if app.console is None:
+            message = "the web console is off (gateway.console: false, or up --no-console)"
+            await respond(send, 404, error_body(404, message))
+        else:
+            await app.console(scope, receive, send)
+    elif path.startswith("/admin/") and app.tenancy is not None:
+        from inferplane.tenancy.admin import handle
+
+        await handle(app.tenancy, scope, receive, send)
+    elif method == "GET" and path == "/metrics":
+        await metrics(app, scope, send)
+    elif path in REFUSED:  # vLLM routes the gateway does not serve, and why
+        await respond(send, REFUSED[path].status, REFUSED[path].body(method, path))
+    elif path == "/" and method == "GET" and app.console is not None and wants_html(
+            header(scope, b"accept")):  # fmt: skip
+        await send_redirect(send, "/ui")  # a browser at the root: the console
+    else:
+        await respond(send, 404, error_body(404, f"no route for {method} {path}"))
 
 
 def caller_key(app: GatewayApp, scope: Scope) -> tuple[bool, KeyPolicy | None]:

@@ -17,11 +17,11 @@ from inferplane.gateway.asgi import Send, respond
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.config import ModelRoute
 from inferplane.gateway.errors import ClientError, error_body
-from inferplane.gateway.lora import AdapterRoute
+from inferplane.gateway.lora import AdapterHoldings, AdapterLoadError, AdapterRoute
 from inferplane.gateway.pool import NoReplica, Pool
 from inferplane.gateway.record import Record
 from inferplane.gateway.request import estimate_prompt_tokens
-from inferplane.gateway.routes import GENERATION_LIMITS
+from inferplane.gateway.routes import GENERATION_LIMITS, ResponseOwners
 from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.state import GatewayState
 
@@ -78,6 +78,18 @@ def rewrite(
     return orjson.dumps(data) if changed else body
 
 
+def others_than_owner(
+    responses: ResponseOwners, previous: object, pool: Pool, key_id: str | None
+) -> list[Backend] | None:
+    """A continuation (`previous_response_id`): the pool's replicas other than the one
+    holding the earlier turn (vLLM keeps it in that replica's memory), to try after it;
+    None when the id is unknown, another model's or another key's (vLLM's 404)."""
+    owner = responses.get(previous) if type(previous) is str else None
+    if owner is None or owner.model != pool.route.name or owner.key_id not in (None, key_id):
+        return None
+    return [b for b in pool.backends if b.url != owner.url]
+
+
 async def acquire(
     pool: Pool, ctx: RouteContext, priority: int, send: Send, rid: bytes, rec: Record
 ) -> Backend | None:
@@ -105,3 +117,24 @@ async def acquire(
     rec.finished = True
     await respond(send, status, error_body(status, message), rid, extra=retry_after)
     return None
+
+
+async def adapter_ready(
+    adapters: AdapterHoldings, pool: Pool, adapter: AdapterRoute, rec: Record, send: Send,
+    rid: bytes,
+) -> bool:  # fmt: skip
+    """Make sure the chosen replica holds the LoRA adapter (loading it there, bounded by
+    the model's queue wait); else answer 503 and say why."""
+    backend = rec.backend
+    assert backend is not None
+    try:
+        await adapters.ensure(backend, adapter, pool.route.admission.max_queue_wait_s)
+        adapters.served(backend.url, adapter.name, pool.route.adapter_cache_slots)
+        rec.adapter = adapter.name
+        return True
+    except AdapterLoadError as exc:
+        rec.status = 503
+        rec.finished = True
+        retry = [(b"retry-after", str(pool.route.admission.retry_after_s).encode())]
+        await respond(send, 503, error_body(503, str(exc)), rid, extra=retry)
+        return False
