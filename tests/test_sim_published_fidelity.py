@@ -75,6 +75,25 @@ def test_the_io_foundation_runs_follow_their_hash_split(pf: ModuleType) -> None:
     assert {p["split"] for p in iog if p["gpu"] == "RTX-4090"} == {"fit", "holdout"}
 
 
+def test_the_second_gpustack_harvest_follows_its_hash_split(pf: ModuleType) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import harvest_gpustack
+    finally:
+        sys.path.pop(0)
+    added = [p for p in pf.load_points() if p["model"] in harvest_gpustack.HASH_SPLIT_MODELS]
+    for p in added:  # split before any fit on them, by the stated rule, never by hand
+        assert p["split"] == harvest_gpustack.split_of(p["id"]), p["id"]
+    fit = [p for p in added if p["split"] == "fit"]
+    # The fit sees MLA (DeepSeek-V3.2) and H200, and MoE on A100 in fp8 and bf16.
+    assert any(pf._profile(p["model"]).uses_mla and p["gpu"] == "H200" for p in fit)
+    assert {pf.weight_format(p) for p in fit if p["gpu"] == "A100-SXM-80GB"} >= {"bf16", "fp8"}
+    assert {p["split"] for p in added} == {"fit", "holdout"}
+    # Runs that repeat another GPU's page digit for digit are left out.
+    runs = [(p["model"], p["tp"], str(p["workload"]), str(p["measured"])) for p in added]
+    assert len(set(runs)) == len(runs)
+
+
 def test_stored_held_out_errors_are_the_held_out_points(pf: ModuleType) -> None:
     bands = load_bands()
     held = {p["id"] for p in pf.load_points() if p["split"] == "holdout"}
