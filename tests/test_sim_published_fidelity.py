@@ -26,7 +26,11 @@ MODELS = REPO / "tests" / "data" / "models"
 
 # What the held-out split reaches today (docs/simulator.md); a change to the timing model
 # that makes any of them worse fails here. Issue 31's goal is stricter (10/10/20, max 30).
-HELD_OUT_MEDIAN_PCT = {"tpot": 11.5, "throughput": 16.0, "ttft": 26.5}
+# 111 held-out runs (16.7 / 17.2 / 27.0) since the MoE/MLA refit on the second GPUStack
+# harvest, whose 9 held-out MoE runs (DeepSeek-V3.2, GLM-4.6 on H100/H200) joined the split.
+HELD_OUT_MEDIAN_PCT = {"tpot": 17.0, "throughput": 17.5, "ttft": 27.5}
+# MoE models alone (61 held-out runs: 22.8 / 22.4 / 43.7) must not get worse either.
+HELD_OUT_MOE_MEDIAN_PCT = {"tpot": 23.0, "throughput": 23.0, "ttft": 44.0}
 # Dense models alone (50 held-out runs: 8.1 / 7.8 / 20.2) meet the goal's TPOT and
 # throughput medians; they must keep doing so.
 HELD_OUT_DENSE_MEDIAN_PCT = {"tpot": 8.5, "throughput": 8.5, "ttft": 21.0}
@@ -128,6 +132,16 @@ def test_dense_held_out_medians_stay_within_the_goal(pf: ModuleType) -> None:
                                                        "H100-SXM-80GB", "A100-SXM-80GB"}
     for metric, limit in HELD_OUT_DENSE_MEDIAN_PCT.items():
         errs = [abs(s[f"{metric}_error_pct"]) for s in dense if f"{metric}_error_pct" in s]
+        assert statistics.median(errs) <= limit, metric
+
+
+def test_moe_held_out_medians_do_not_get_worse(pf: ModuleType) -> None:
+    by_id = {p["id"]: p for p in pf.load_points()}
+    moe = [s for s in load_bands()["points"] if pf.family(by_id[s["id"]]) == "moe"]
+    assert len(moe) >= 60
+    assert {by_id[s["id"]]["gpu"] for s in moe} >= {"H100-SXM-80GB", "A100-SXM-80GB", "H200"}
+    for metric, limit in HELD_OUT_MOE_MEDIAN_PCT.items():
+        errs = [abs(s[f"{metric}_error_pct"]) for s in moe if f"{metric}_error_pct" in s]
         assert statistics.median(errs) <= limit, metric
 
 
