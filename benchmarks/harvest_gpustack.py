@@ -16,6 +16,7 @@ command (SGLang, TensorRT-LLM).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shlex
@@ -44,13 +45,21 @@ MODELS = {
     "openai/gpt-oss-20b": "openai--gpt-oss-20b",
     "deepseek-ai/DeepSeek-R1": "deepseek-ai--DeepSeek-R1",
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-ai--DeepSeek-R1",  # same architecture
+    # Added 2026-12-02 for MoE/MLA points on the fit side (split by HASH_SPLIT_MODELS).
+    "zai-org/GLM-4.5-Air": "zai-org--GLM-4.5-Air",
+    "deepseek-ai/DeepSeek-V3.2": "deepseek-ai--DeepSeek-V3.2",
+    "zai-org/GLM-4.6": "zai-org--GLM-4.6",
+    "zai-org/GLM-4.6-FP8": "zai-org--GLM-4.6-FP8",
 }
 # Flags that change nothing the simulator models, or that it models (value kept).
 KEPT_FLAGS = {"--max-model-len", "-tp", "--tensor-parallel-size", "--max-num-batched-tokens",
               "--max-num-seqs", "--gpu-memory-utilization"}
 IGNORED_FLAGS = {"--async-scheduling", "--trust-remote-code", "--host", "--port",
-                 "--disable-log-requests", "--no-enable-prefix-caching", "--enable-prefix-caching"}
-VALUE_IGNORED = {"--host", "--port"}
+                 "--disable-log-requests", "--no-enable-prefix-caching", "--enable-prefix-caching",
+                 "--enable-auto-tool-choice"}
+# Tokenizer, reasoning and tool-call parsers shape the text, not the engine's steps.
+VALUE_IGNORED = {"--host", "--port", "--tokenizer-mode", "--reasoning-parser",
+                 "--tool-call-parser"}
 _NUM = r"([0-9.]+)"
 FIELDS = {
     "requests": rf"Successful requests:\s+{_NUM}",
@@ -185,19 +194,38 @@ def main() -> None:
 
 SPLIT_RULE = ("held out: every point of the models in HELD_OUT_MODELS and of the GPUs in "
               "HELD_OUT_GPUS (never seen by the fit), and every second point (in page "
-              "order) of each other (GPU, model, TP) series; fit: the rest")
+              "order) of each other (GPU, model, TP) series; fit: the rest. Models in "
+              "HASH_SPLIT_MODELS (added 2026-12-02, split before any fit on them, on every "
+              "GPU): held out when the first byte of sha256 of the point's id is odd")
 HELD_OUT_MODELS = ("Qwen--Qwen3-14B", "openai--gpt-oss-20b")
 HELD_OUT_GPUS = ("H200",)
+# The second harvest (MoE with 128 experts on A100/H100, MLA + 256 FP8 experts on H200):
+# hash split, so the fit sees MLA and H200 too.
+HASH_SPLIT_MODELS = ("zai-org--GLM-4.5-Air", "zai-org--GLM-4.6", "zai-org--GLM-4.6-FP8",
+                     "deepseek-ai--DeepSeek-V3.2")
+
+
+def split_of(point_id: str) -> str:
+    """The hash rule of HASH_SPLIT_MODELS (the same as harvest_iog.split_of)."""
+    return "holdout" if hashlib.sha256(point_id.encode()).digest()[0] % 2 else "fit"
 
 
 def dedupe(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pages repeat a run in their summary; keep the first copy."""
+    """Pages repeat a run in their summary; keep the first copy. A result block printed
+    on two GPUs' pages (GLM-4.5-Air's H100 page repeats the A100 page's four long-prompt
+    runs digit for digit) cannot be told apart, so it is left out on both."""
+    def run(p: dict[str, Any]) -> str:
+        return json.dumps([p["model"], p["tp"], p["serve_flags"], p["workload"],
+                           p["measured"]], sort_keys=True)
+
+    gpus: dict[str, set[str]] = {}
+    for p in points:
+        gpus.setdefault(run(p), set()).add(p["gpu"])
     seen: set[str] = set()
     out = []
     for p in points:
-        key = json.dumps([p["gpu"], p["model"], p["tp"], p["serve_flags"], p["workload"],
-                          p["measured"]], sort_keys=True)
-        if key not in seen:
+        key = json.dumps([p["gpu"], run(p)])
+        if key not in seen and len(gpus[run(p)]) == 1:
             seen.add(key)
             out.append(p)
     return out
@@ -213,6 +241,9 @@ def assign_splits(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         series = (p["gpu"], p["model"], p["tp"])
         n = count.get(series, 0)
         count[series] = n + 1
+        if p["model"] in HASH_SPLIT_MODELS:
+            p["split"] = split_of(p["id"])
+            continue
         held = p["model"] in HELD_OUT_MODELS or p["gpu"] in HELD_OUT_GPUS or n % 2 == 1
         p["split"] = "holdout" if held else "fit"
     return points

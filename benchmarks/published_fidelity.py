@@ -316,20 +316,79 @@ def fit(points: list[dict[str, Any]], start: Calibrations, rounds: int = 3,
             if (q := _inverse_ratio(moe, "throughput")) is not None:
                 cal = replace(cal, moe_kernel_efficiency=_clamp(
                     cal.moe_kernel_efficiency * q, 0.1, 1.5))
-            formats = dict(cal.format_efficiency)
-            for fmt in sorted({weight_format(r.point) for r in mine} - {"bf16"}):
-                of_fmt = [r for r in mine if weight_format(r.point) == fmt]
-                if (q := _inverse_ratio(of_fmt, "throughput")) is not None:
-                    formats[fmt] = round(_clamp(formats.get(fmt, 1.0) * q, 0.1, 1.5), 3)
-            cals[g] = replace(cal, format_efficiency=tuple(sorted(formats.items())))
+            # Dense quantized GEMMs and quantized routed experts, each from its own runs.
+            for kind, fam in (("format_efficiency", "dense"), ("moe_format_efficiency", "moe")):
+                formats = dict(getattr(cal, kind))
+                quantized = [r for r in mine if family(r.point) == fam
+                             and weight_format(r.point) != "bf16"]
+                for fmt in sorted({weight_format(r.point) for r in quantized}):
+                    of_fmt = [r for r in quantized if weight_format(r.point) == fmt]
+                    base = formats.get(fmt, cal.format_factor(fmt))
+                    if (q := _inverse_ratio(of_fmt, "throughput")) is not None:
+                        formats[fmt] = round(_clamp(base * q, 0.1, 1.5), 3)
+                cal = replace(cal, **{kind: tuple(sorted(formats.items()))})
+            cals[g] = cal
             log(f"round {n + 1} {g}: {describe(cals[g])}")
         log(f"round {n + 1} serving paths: {PATH_OVERHEAD_S}")
     return cals
 
 
+def _decode_heavy(point: dict[str, Any]) -> bool:
+    """Outputs of >= 100 tokens after prompts of <= 1000: TPOT is set by decode steps."""
+    w = point["workload"]
+    return bool(w["mean_output_len"] >= 100 and w["mean_input_len"] <= 1000)
+
+
+def _median_ratio(rows: list[Row], metric: str) -> float | None:
+    values = [r.simulated[metric] / r.measured[metric] for r in rows if metric in r.metrics]
+    return statistics.median(values) if values else None
+
+
+def fit_moe(points: list[dict[str, Any]], start: Calibrations, rounds: int = 4,
+            workers: int = 2, log: Any = print) -> Calibrations:
+    """Fit only the MoE constants on the MoE runs of `points` (the fit split), each on
+    the runs it governs, by median-ratio updates; dense constants stay as they are:
+      * moe_kernel_efficiency: TPOT of decode-heavy bf16 MoE runs (decode steps read the
+        touched experts; a 4-token or long-prompt run's throughput is prefill compute);
+      * moe_format_efficiency[FMT]: TPOT of decode-heavy MoE runs with FMT experts;
+      * moe_compute_efficiency: TTFT of non-MLA MoE runs with >= 2000-token prompts;
+      * mla_compute_efficiency: TTFT of MLA runs with >= 2000-token prompts."""
+    cals = dict(start)
+    moe = [p for p in points if family(p) == "moe"]
+    for n in range(rounds):
+        rows = [r for r in replay_all(moe, cals, workers) if isinstance(r, Row)]
+        for g, cal in list(cals.items()):
+            mine = [r for r in rows if gpu_generation(r.point) == g]
+            if not mine:
+                continue
+            decode = [r for r in mine if _decode_heavy(r.point)]
+            bf16 = [r for r in decode if weight_format(r.point) == "bf16"]
+            if (q := _median_ratio(bf16, "tpot")) is not None:
+                cal = replace(cal, moe_kernel_efficiency=round(
+                    _clamp(cal.moe_kernel_efficiency * q, 0.05, 1.5), 4))
+            formats = dict(cal.moe_format_efficiency)
+            for fmt in sorted({weight_format(r.point) for r in decode} - {"bf16"}):
+                of_fmt = [r for r in decode if weight_format(r.point) == fmt]
+                if (q := _median_ratio(of_fmt, "tpot")) is not None:
+                    formats[fmt] = round(_clamp(formats.get(fmt, cal.format_factor(fmt)) * q,
+                                                0.05, 1.5), 3)
+            cal = replace(cal, moe_format_efficiency=tuple(sorted(formats.items())))
+            for mla, name in ((False, "moe_compute_efficiency"), (True, "mla_compute_efficiency")):
+                long = [r for r in mine if r.point["workload"]["lengths"] == "fixed"
+                        and r.point["workload"]["mean_input_len"] >= 2000
+                        and _profile(r.point["model"]).uses_mla == mla]
+                if (q := _median_ratio(long, "ttft")) is not None:
+                    cal = replace(cal, **{name: round(_clamp(getattr(cal, name) * q,
+                                                             0.05, 1.5), 4)})
+            cals[g] = cal
+            log(f"round {n + 1} {g}: loss {fit_loss(mine):.2f} before; {describe(cal)}")
+    return cals
+
+
 # What `refine` searches, per generation: constant -> factors tried on its current value.
 REFINED = ("compute_efficiency", "bandwidth_efficiency", "per_seq_overhead_s",
-           "moe_kernel_efficiency", "moe_compute_efficiency", "format:fp8", "format:mxfp4")
+           "moe_kernel_efficiency", "moe_compute_efficiency", "mla_compute_efficiency",
+           "format:fp8", "moe_format:fp8", "moe_format:mxfp4")
 REFINE_FACTORS = (0.8, 0.9, 1.1, 1.25)
 
 
@@ -340,17 +399,24 @@ def fit_loss(rows: list[Row]) -> float:
                             for m in METRICS if any(m in r.metrics for r in rows))
 
 
+# Searched names "format:FMT" (dense quantized GEMMs) and "moe_format:FMT" (quantized
+# routed experts) -> the Calibration tuple they live in.
+_FORMAT_FIELDS = {"format": "format_efficiency", "moe_format": "moe_format_efficiency"}
+
+
 def _with(cal: Calibration, name: str, value: float) -> Calibration:
-    if name.startswith("format:"):
-        fmt = name.split(":", 1)[1]
-        formats = dict(cal.format_efficiency) | {fmt: round(value, 3)}
-        return replace(cal, format_efficiency=tuple(sorted(formats.items())))
+    if ":" in name:
+        kind, fmt = name.split(":", 1)
+        field = _FORMAT_FIELDS[kind]
+        formats = dict(getattr(cal, field)) | {fmt: round(value, 3)}
+        return replace(cal, **{field: tuple(sorted(formats.items()))})
     return replace(cal, **{name: value})
 
 
 def _value(cal: Calibration, name: str) -> float | None:
-    if name.startswith("format:"):
-        return dict(cal.format_efficiency).get(name.split(":", 1)[1])
+    if ":" in name:
+        kind, fmt = name.split(":", 1)
+        return dict(getattr(cal, _FORMAT_FIELDS[kind])).get(fmt)
     value: float = getattr(cal, name)
     return value
 
@@ -378,7 +444,11 @@ def refine(points: list[dict[str, Any]], start: Calibrations, rounds: int = 1,
             for name in REFINED:
                 if name.startswith("moe") and "moe" not in fams:
                     continue
-                if name.startswith("format:") and name.split(":")[1] not in fmts:
+                if ":" in name and name.split(":")[1] not in fmts:
+                    continue
+                if name.startswith("moe_format:") and not any(
+                        family(p) == "moe" and weight_format(p) == name.split(":")[1]
+                        for p in mine):
                     continue
                 value = _value(cals[g], name)
                 if value is None:
@@ -396,9 +466,12 @@ def refine(points: list[dict[str, Any]], start: Calibrations, rounds: int = 1,
 
 def describe(cal: Calibration) -> str:
     formats = ", ".join(f"{f} {v:.2f}" for f, v in cal.format_efficiency) or "none"
+    experts = ", ".join(f"{f} {v:.2f}" for f, v in cal.moe_format_efficiency) or "none"
     return (f"bandwidth {cal.bandwidth_efficiency:.3f}, compute {cal.compute_efficiency:.3f}, "
             f"MoE kernels {cal.moe_kernel_efficiency:.3f}, MoE prefill "
-            f"{cal.moe_compute_efficiency:.3f}, formats ({formats}), step "
+            f"{cal.moe_compute_efficiency:.3f}, MLA compute {cal.mla_compute_efficiency:.3f}, "
+            f"formats ({formats}), quantized experts "
+            f"({experts}), step "
             f"{cal.step_overhead_s * 1000:.2f} ms, per sequence {cal.per_seq_overhead_s * 1e6:.0f}"
             f" us, per request {cal.request_overhead_s * 1000:.1f} ms")
 

@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/sim_fidelity.py [--fit] [--only throughput|concurrency|published]
     .venv/bin/python benchmarks/sim_fidelity.py --only published [--split fit|holdout|all]
-        [--fit-published ROUNDS] [--refine-published ROUNDS] [--generations G,...]
+        [--fit-published ROUNDS] [--refine-published ROUNDS] [--fit-moe ROUNDS]
+        [--generations G,...]
         [--write-bands]
 
 Three sets, each replayed on the simulated clock with the published lengths and arrivals:
@@ -287,14 +288,14 @@ def _entry_calibration(entry: dict[str, Any], calibration: Calibration) -> Calib
 
 
 def published(split: str, fit_rounds: int, write_bands: bool, refine_rounds: int = 0,
-              generations: tuple[str, ...] = ()) -> None:
+              generations: tuple[str, ...] = (), moe_rounds: int = 0) -> None:
     import published_fidelity as pf
 
     from inferplane.sim.timing import GENERATION_CALIBRATION
 
     points = pf.load_points()
     calibrations = None
-    if fit_rounds or refine_rounds:
+    if fit_rounds or refine_rounds or moe_rounds:
         # Generations with fit runs only: the others keep their borrowed constants.
         start = {g: GENERATION_CALIBRATION.get(g, DEFAULT_CALIBRATION)
                  for g in sorted({pf.gpu_generation(p) for p in points if p["split"] == "fit"})}
@@ -304,6 +305,8 @@ def published(split: str, fit_rounds: int, write_bands: bool, refine_rounds: int
         calibrations = pf.fit(fit_points, start, fit_rounds) if fit_rounds > 0 else start
         if refine_rounds:
             calibrations = pf.refine(fit_points, calibrations, refine_rounds)
+        if moe_rounds:
+            calibrations = pf.fit_moe(fit_points, calibrations, moe_rounds)
         print("fitted (paste into GENERATION_CALIBRATION):")
         for g, cal in calibrations.items():
             print(f"  {g}: {cal!r}")
@@ -313,7 +316,7 @@ def published(split: str, fit_rounds: int, write_bands: bool, refine_rounds: int
               and (not generations or pf.gpu_generation(p) in generations)]
     rows, skipped = pf.print_report(pf.replay_all(chosen, calibrations), split)
     if write_bands:
-        if split != "holdout" or fit_rounds or refine_rounds:
+        if split != "holdout" or fit_rounds or refine_rounds or moe_rounds:
             raise SystemExit("--write-bands takes the shipped constants on the holdout split")
         doc = pf.bands_document(rows, skipped)
         from inferplane.sim.error_bands import BANDS_FILE
@@ -362,6 +365,10 @@ def main() -> None:
     parser.add_argument("--refine-published", type=int, default=0, metavar="ROUNDS",
                         help="published set: then a coordinate search per generation on "
                              "the fit split's median |errors| (fit_loss)")
+    parser.add_argument("--fit-moe", type=int, default=0, metavar="ROUNDS",
+                        help="published set: then fit only the MoE/MLA constants on the fit "
+                             "split's MoE runs, each from the runs it governs (median-ratio "
+                             "rounds; published_fidelity.fit_moe)")
     parser.add_argument("--generations", default="",
                         help="published set, with a fit: only these generations "
                              "(comma-separated, e.g. ampere,ada)")
@@ -379,7 +386,7 @@ def main() -> None:
         concurrency_report(mode, args.max_num_seqs)
     if args.only in (None, "published"):
         published(args.split, args.fit_published, args.write_bands, args.refine_published,
-                  tuple(g for g in args.generations.split(",") if g))
+                  tuple(g for g in args.generations.split(",") if g), args.fit_moe)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,13 @@ KV_BYTES_PER_TOKEN = {
     "mistralai--Mixtral-8x7B-v0.1": 32 * 2 * 8 * 128 * 2,
     "openai--gpt-oss-20b": 24 * 2 * 8 * 64 * 2,
     "openai--gpt-oss-120b": 36 * 2 * 8 * 64 * 2,
+    "Qwen--Qwen2.5-14B-Instruct": 48 * 2 * 8 * 128 * 2,
+    "Qwen--Qwen2.5-32B-Instruct": 64 * 2 * 8 * 128 * 2,
+    "microsoft--phi-4": 40 * 2 * 10 * 128 * 2,
+    "zai-org--GLM-4.5-Air": 46 * 2 * 8 * 128 * 2,  # the MTP layer holds no KV in serving
+    "zai-org--GLM-4.6": 92 * 2 * 8 * 128 * 2,
+    "zai-org--GLM-4.6-FP8": 92 * 2 * 8 * 128 * 2,
+    "deepseek-ai--DeepSeek-V3.2": 61 * (512 + 64) * 2,  # MLA latent; the indexer's K not counted
 }
 
 # Unquantized models: (parameters, vocab, hidden, max positions, rotary dim) for hand math.

@@ -22,6 +22,7 @@ from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
 from inferplane.sim.timing import (
     DEFAULT_CALIBRATION,
     GENERATION_CALIBRATION,
+    Calibration,
     StepShape,
     StepTimeModel,
     calibration_source,
@@ -130,3 +131,29 @@ def test_poisson_arrivals_are_seeded_and_average_the_rate() -> None:
     assert _arrival_gaps(5, 2.0, seed=None) == [0.5] * 5
     assert _arrival_gaps(3, None, seed=0) == [0.0] * 3
 
+
+
+def test_quantized_experts_and_mla_prefill_have_their_own_factors() -> None:
+    base = replace(DEFAULT_CALIBRATION, step_overhead_s=0.0, per_seq_overhead_s=0.0,
+                   format_efficiency=(("fp8", 0.5),))
+    assert base.moe_format_factor("fp8") == 0.5  # falls back to the dense format's factor
+    fp8_moe = _timing("Qwen--Qwen3-235B-A22B-FP8", tp=8)
+    assert fp8_moe.cost.quantized_experts and fp8_moe.cost.weight_format == "fp8"
+    decode = StepShape(0, 64, 64 * 200, 64 * 200, 64)
+
+    def step(t: StepTimeModel, cal: Calibration, shape: StepShape = decode) -> float:
+        return replace(t, calibration=cal).step_time_s(shape)
+
+    slow_experts = replace(base, moe_format_efficiency=(("fp8", 0.25),))
+    # Experts are most of the bytes a 64-sequence decode step reads: half their
+    # kernels' speed costs nearly half again the step, and the dense fp8 factor is kept.
+    assert step(fp8_moe, slow_experts) > 1.6 * step(fp8_moe, base)
+    assert slow_experts.format_factor("fp8") == 0.5
+    # MLA (DeepSeek-V3.2): its prefill runs at mla_compute_efficiency; a GQA model ignores it.
+    mla = _timing("deepseek-ai--DeepSeek-V3.2", gpu="H200", tp=8)
+    gqa = _timing("Qwen--Qwen3-235B-A22B-FP8", gpu="H200", tp=8)
+    assert mla.cost.mla and not gqa.cost.mla
+    prefill = StepShape(8192, 0, 8192, 8192 * 4096, 2)
+    slow_mla = replace(base, mla_compute_efficiency=0.25)
+    assert step(mla, slow_mla, prefill) > 3.0 * step(mla, base, prefill)
+    assert step(gqa, slow_mla, prefill) == pytest.approx(step(gqa, base, prefill))

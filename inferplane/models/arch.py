@@ -12,7 +12,7 @@ from typing import Any
 
 from inferplane.errors import InferplaneError
 
-MLA_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3"})
+MLA_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32"})
 KNOWN_FAMILIES = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text",
      "gpt_oss"}

@@ -49,14 +49,26 @@ class Calibration:
     moe_kernel_efficiency: float = 1.0
     # MoE prefill: achieved fraction of compute_efficiency (grouped expert GEMMs, routing).
     moe_compute_efficiency: float = 1.0
+    # MLA models (DeepSeek-V2/V3 family): achieved fraction of the compute above. vLLM
+    # prefills MLA without weight absorption, up-projecting the cached latent of every
+    # earlier chunk again per chunk, so its prefill runs below a GQA model's.
+    mla_compute_efficiency: float = 1.0
     # Quantized weight formats (formats.weight_format): fraction of bf16's achieved
     # bandwidth their kernels reach on this GPU (dense and expert weights in that format:
     # it replaces moe_kernel_efficiency for quantized experts); a format not listed runs
     # at 1.0.
     format_efficiency: tuple[tuple[str, float], ...] = ()
+    # Quantized routed experts (fused-MoE kernels in that format, e.g. block-FP8 or MXFP4
+    # grouped GEMMs): achieved fraction of bf16's bandwidth. Fitted apart from the dense
+    # GEMMs of the same format (an FP8 dense model and FP8 experts run different
+    # kernels); a format not listed here falls back to `format_efficiency`.
+    moe_format_efficiency: tuple[tuple[str, float], ...] = ()
 
     def format_factor(self, fmt: str) -> float:
         return dict(self.format_efficiency).get(fmt, 1.0)
+
+    def moe_format_factor(self, fmt: str) -> float:
+        return dict(self.moe_format_efficiency).get(fmt, self.format_factor(fmt))
 
 
 # Fitted on the calibration split of tests/data/vllm_perf by `benchmarks/sim_fidelity.py --fit`
@@ -104,19 +116,22 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
         bandwidth_efficiency=0.864, compute_efficiency=0.487, step_overhead_s=0.001,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.413,
-        moe_compute_efficiency=0.680, format_efficiency=(("fp8", 0.325), ("mxfp4", 0.546)),
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.248,
+        moe_compute_efficiency=0.588, mla_compute_efficiency=0.239,
+        format_efficiency=(("fp8", 0.325),), moe_format_efficiency=(("fp8", 0.21), ("mxfp4", 0.53)),
     ),
     "ampere": Calibration(
         bandwidth_efficiency=0.715, compute_efficiency=0.503, step_overhead_s=0.0005,
-        per_seq_overhead_s=2.4e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.215,
-        moe_compute_efficiency=0.522, format_efficiency=(("fp8", 0.201), ("mxfp4", 0.813)),
+        per_seq_overhead_s=2.4e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.433,
+        moe_compute_efficiency=0.529, format_efficiency=(("fp8", 0.201),),
+        moe_format_efficiency=(("fp8", 0.25), ("mxfp4", 0.83)),
     ),
     # Fitted on dense bf16 RTX 4090 runs only: the MoE and format factors are Ampere's.
     "ada": Calibration(
         bandwidth_efficiency=0.878, compute_efficiency=0.749, step_overhead_s=0.0005,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.215,
-        moe_compute_efficiency=0.522, format_efficiency=(("fp8", 0.201), ("mxfp4", 0.813)),
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.433,
+        moe_compute_efficiency=0.529, format_efficiency=(("fp8", 0.201),),
+        moe_format_efficiency=(("fp8", 0.25), ("mxfp4", 0.83)),
     ),
 }
 
@@ -184,6 +199,7 @@ class ModelCost:
     weight_format: str = "bf16"
     quantized_dense: bool = False  # projections are in weight_format (else bf16)
     quantized_experts: bool = False  # routed experts are in weight_format
+    mla: bool = False  # multi-head latent attention (profile.uses_mla)
 
 
 def model_cost(
@@ -217,6 +233,7 @@ def model_cost(
         weight_format=weight_format,
         quantized_dense=quantized_dense,
         quantized_experts=quantized_experts,
+        mla=profile.uses_mla,
     )
 
 
@@ -253,6 +270,8 @@ class StepTimeModel:
         flops_per_s = peak_tflops * 1e12 * cal.compute_efficiency
         if self.cost.num_experts:
             flops_per_s *= cal.moe_compute_efficiency
+        if self.cost.mla:
+            flops_per_s *= cal.mla_compute_efficiency
         flops = (
             self.cost.linear_flops_per_token * tokens
             + self.cost.attention_flops_per_pair * shape.attention_pairs
@@ -278,10 +297,10 @@ class StepTimeModel:
         c = self.cost
         dense, experts = weight_bytes_read(c.weight_bytes - c.expert_bytes, c.expert_bytes,
                                            c.num_experts, c.experts_per_token, max(tokens, 1))
-        factor = self.calibration.format_factor(c.weight_format)
-        dense_bw = bandwidth * (factor if c.quantized_dense else 1.0)
-        expert_bw = bandwidth * (factor if c.quantized_experts
-                                 else self.calibration.moe_kernel_efficiency)
+        cal = self.calibration
+        dense_bw = bandwidth * (cal.format_factor(c.weight_format) if c.quantized_dense else 1.0)
+        expert_bw = bandwidth * (cal.moe_format_factor(c.weight_format) if c.quantized_experts
+                                 else cal.moe_kernel_efficiency)
         return dense / dense_bw + experts / expert_bw
 
     def _fixed_step_s(self, shape: StepShape) -> float:
