@@ -29,9 +29,6 @@ KV_BYTES_PER_TOKEN = {
     "meta-llama--Llama-3.1-70B-Instruct": 80 * 2 * 8 * 128 * 2,
     "nvidia--Llama-3.1-70B-Instruct-FP8": 80 * 2 * 8 * 128 * 2,
     "Qwen--Qwen2.5-7B-Instruct": 28 * 2 * 4 * 128 * 2,
-    "Qwen--Qwen2.5-14B-Instruct": 48 * 2 * 8 * 128 * 2,  # head_dim 5120 / 40
-    "Qwen--Qwen2.5-32B-Instruct": 64 * 2 * 8 * 128 * 2,
-    "microsoft--phi-4": 40 * 2 * 10 * 128 * 2,
     "Qwen--Qwen3-8B": 36 * 2 * 8 * 128 * 2,
     "Qwen--Qwen3-14B": 40 * 2 * 8 * 128 * 2,
     "Qwen--Qwen3-32B": 64 * 2 * 8 * 128 * 2,

@@ -44,9 +44,6 @@ PUBLISHED_PARAMS = {
 # says so) and lands 2.4-2.8% above its card; DeepSeek-V3.2 is V3's 671B main model (its
 # DSA indexer, ~0.9B, is not counted; 685B on the card includes the MTP layer).
 ROUNDED_PARAMS = {
-    "Qwen--Qwen2.5-14B-Instruct": (14.7e9, 0.01),
-    "Qwen--Qwen2.5-32B-Instruct": (32.8e9, 0.01),
-    "microsoft--phi-4": (14.7e9, 0.01),
     "zai-org--GLM-4.5-Air": (106e9, 0.035),
     "zai-org--GLM-4.6": (355e9, 0.035),
     "zai-org--GLM-4.6-FP8": (355e9, 0.035),
