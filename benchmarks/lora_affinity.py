@@ -1,16 +1,20 @@
-"""LoRA adapter affinity in the gateway: loads on demand and TTFT, affinity on vs off.
+"""LoRA adapter affinity in the gateway: loads on demand and TTFT, affinity vs random routing
+and vs the least-outstanding balancer.
 
     .venv/bin/python benchmarks/lora_affinity.py [--requests 480] [--clients 16]
         [--replicas 4] [--adapters 8] [--max-loras 2] [--max-cpu-loras 2] [--load-time-s 0.2]
 
 Four simulated engines of one base (vLLM's LoRA flags, run-time loading on, no adapter
 loaded at start), eight adapters, a gateway in front. The same seeded stream of streaming
-chat requests (each names one adapter, uniformly) runs twice, each time on fresh engines:
+chat requests (each names one adapter, uniformly) runs three times, each time on fresh
+engines:
 
-- affinity on: the gateway prefers replicas that hold the adapter, most those that served
+- affinity: the gateway prefers replicas that hold the adapter, most those that served
   it lately (within their `max_cpu_loras` host cache), loading it elsewhere only on spill;
-- affinity off (the baseline): the least-outstanding scorer alone, ties rotating, which
-  is how any model's requests are balanced; every replica ends up loading every adapter.
+- random (the issue's baseline): every request to a replica drawn uniformly (seeded), the
+  gateway still loading the adapter there on demand;
+- least-outstanding: that scorer alone, ties rotating, which is how any model's requests
+  are balanced without affinity; every replica ends up loading every adapter.
 
 Reported per run: the gateway's loads on demand (POST /v1/load_lora_adapter), the engines'
 adapter reads from disk (loads plus re-reads after their host cache evicted an adapter,
@@ -29,6 +33,7 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +41,9 @@ import httpx
 import uvicorn
 
 from inferplane.gateway import GatewayConfig, ModelRoute, build_app
+from inferplane.gateway.backend import Backend
 from inferplane.gateway.lora import AdapterRoute
+from inferplane.gateway.scorers import RouteContext
 from inferplane.gateway.server import uvicorn_config
 from inferplane.sim.config import SimEngineConfig
 from inferplane.sim.host import start_engines, stop_engines
@@ -74,7 +81,23 @@ async def _serve(app: object) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
     return server, task, f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-async def run(args: argparse.Namespace, paths: list[str], affinity: bool) -> Result:
+class RandomScorer:
+    """Random routing: a fresh uniform score per candidate (the gateway has no random
+    policy; this replaces the pool's scorer chain in the baseline run only)."""
+
+    weight = 1.0
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def score(self, candidates: Sequence[Backend], ctx: RouteContext) -> list[float]:
+        return [self.rng.random() for _ in candidates]
+
+
+ROUTINGS = ("affinity", "random", "least-outstanding")
+
+
+async def run(args: argparse.Namespace, paths: list[str], routing: str) -> Result:
     lora = lora_config(True, max_loras=args.max_loras, max_cpu_loras=args.max_cpu_loras,
                        load_time_s=args.load_time_s,
                        env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
@@ -85,9 +108,11 @@ async def run(args: argparse.Namespace, paths: list[str], affinity: bool) -> Res
     adapters = tuple(AdapterRoute(f"adapter-{i}", "base", p) for i, p in enumerate(paths))
     config = GatewayConfig(models=(ModelRoute(
         "base", endpoints=tuple(h.url for h in handles), adapters=adapters,
-        adapter_affinity=affinity, adapter_cache_slots=args.max_cpu_loras,
+        adapter_affinity=routing == "affinity", adapter_cache_slots=args.max_cpu_loras,
     ),), access_log=False)
     app = build_app(config)
+    if routing == "random":
+        app.state.pools["base"].scorers = [RandomScorer(args.seed)]
     server, task, url = await _serve(app)
     rng = random.Random(args.seed)
     names = [rng.choice(adapters).name for _ in range(args.requests)]
@@ -146,25 +171,26 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         paths = _adapters(Path(tmp), args.adapters)
-        off = asyncio.run(run(args, paths, affinity=False))
-        on = asyncio.run(run(args, paths, affinity=True))
+        results = {routing: asyncio.run(run(args, paths, routing)) for routing in ROUTINGS}
+    on, rnd, lo = (results[r] for r in ROUTINGS)
     print(f"{args.replicas} replicas, {args.adapters} adapters, max_loras {args.max_loras}, "
           f"max_cpu_loras {args.max_cpu_loras}, adapter read {args.load_time_s:g} s, "
           f"{args.requests} streaming requests from {args.clients} clients")
-    print(f"{'':<24}{'affinity off':>14}{'affinity on':>14}{'off / on':>10}")
-    rows = [
-        ("loads on demand", off.gateway_loads, on.gateway_loads),
-        ("adapter reads (engine)", off.disk_reads, on.disk_reads),
-        ("TTFT mean ms", statistics.fmean(off.ttft_s) * 1e3, statistics.fmean(on.ttft_s) * 1e3),
-        ("TTFT p50 ms", _pct(off.ttft_s, 0.5) * 1e3, _pct(on.ttft_s, 0.5) * 1e3),
-        ("TTFT p90 ms", _pct(off.ttft_s, 0.9) * 1e3, _pct(on.ttft_s, 0.9) * 1e3),
-        ("TTFT p99 ms", _pct(off.ttft_s, 0.99) * 1e3, _pct(on.ttft_s, 0.99) * 1e3),
-        ("wall s", off.wall_s, on.wall_s),
-        ("errors", off.errors, on.errors),
+    print(f"{'':<24}{'affinity':>10}{'random':>10}{'least-out':>11}"
+          f"{'random/aff':>12}{'least/aff':>11}")
+    rows: list[tuple[str, list[float]]] = [
+        ("loads on demand", [r.gateway_loads for r in (on, rnd, lo)]),
+        ("adapter reads (engine)", [r.disk_reads for r in (on, rnd, lo)]),
+        ("TTFT mean ms", [statistics.fmean(r.ttft_s) * 1e3 for r in (on, rnd, lo)]),
+        ("TTFT p50 ms", [_pct(r.ttft_s, 0.5) * 1e3 for r in (on, rnd, lo)]),
+        ("TTFT p90 ms", [_pct(r.ttft_s, 0.9) * 1e3 for r in (on, rnd, lo)]),
+        ("TTFT p99 ms", [_pct(r.ttft_s, 0.99) * 1e3 for r in (on, rnd, lo)]),
+        ("wall s", [r.wall_s for r in (on, rnd, lo)]),
+        ("errors", [r.errors for r in (on, rnd, lo)]),
     ]
-    for label, a, b in rows:
-        ratio = f"{a / b:.2f}x" if b else "-"
-        print(f"{label:<24}{a:>14.1f}{b:>14.1f}{ratio:>10}")
+    for label, (a, b, c) in rows:
+        ratios = "".join(f"{x / a:>11.2f}x" if a else f"{'-':>12}" for x in (b, c))
+        print(f"{label:<24}{a:>10.1f}{b:>10.1f}{c:>11.1f}{ratios}")
 
 
 if __name__ == "__main__":

@@ -556,3 +556,35 @@ async def test_console_polish(console: tuple[GatewayApp, FakeSource]) -> None:
     assert "No such page" in missing.text and 'href="/ui/fleet"' in missing.text
     js = (Path(pages.__file__).parent / "static" / "console.js").read_text()
     assert "pre.scrollTop = pre.scrollHeight" in js  # logs open at the newest line
+
+
+async def test_models_page_shows_which_replica_holds_which_adapter() -> None:
+    from inferplane.gateway.lora import AdapterRoute
+
+    urls = ("http://127.0.0.1:9101", "http://127.0.0.1:9102")
+    config = GatewayConfig(models=(
+        ModelRoute("base", endpoints=urls, adapters=(
+            AdapterRoute("sql", "base", "/a/sql"), AdapterRoute("support", "base", "/a/support"),
+        )),
+        ModelRoute("plain", endpoints=("http://127.0.0.1:9103",)),
+    ))
+    app = build_app(config)
+    attach(app, None, "INFERPLANE_ADMIN_TOKEN")
+    app.adapters.learn(urls[0], ["sql", "support"])  # what each engine's /v1/models listed
+    app.adapters.learn(urls[1], [])
+    view = models_view(app, None)
+    models = {m["name"]: m for m in view["models"]}
+    assert models["base"]["adapters"] == ["sql", "support"] and models["plain"]["adapters"] == []
+    assert [r["adapters"] for r in models["base"]["replicas"]] == [["sql", "support"], []]
+    async with _client(app) as c:
+        html = (await c.get("/ui/partials/models")).text
+    base, plain = html.split('data-model="plain"')
+    assert 'data-adapters="sql support"' in base and "<th>adapters held</th>" in base
+    assert base.count("data-adapters-held=") == 2
+    assert '<td data-adapters-held="sql support">sql, support</td>' in base
+    assert '<td data-adapters-held=""><span class="nolive">none</span></td>' in base
+    assert "adapters held" not in plain  # a model without adapters keeps its columns
+    app.adapters.learn(urls[1], ["support"])  # the page reads the holdings live
+    async with _client(app) as c:
+        html = (await c.get("/ui/partials/models")).text
+    assert '<td data-adapters-held="support">support</td>' in html

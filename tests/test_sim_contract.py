@@ -33,8 +33,9 @@ def real() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def simulated() -> dict[str, Any]:
-    return vc.record_simulator(MODEL_DIRS)
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    adapters = vc.make_adapters(tmp_path_factory.mktemp("adapters"), MODEL_DIRS["tiny-llama"])
+    return vc.record_simulator(MODEL_DIRS, adapters)
 
 
 def test_every_difference_from_real_vllm_is_fixed_or_explained(
@@ -48,7 +49,7 @@ def test_every_difference_from_real_vllm_is_fixed_or_explained(
 
 def test_the_recording_has_every_case_and_engine(real: dict[str, Any]) -> None:
     assert set(real["cases"]) == {case.name for case in vc.CASES}
-    assert set(real["metrics"]) == {vc.CHAT, vc.PLAIN, vc.EMBED}
+    assert set(real["metrics"]) == {vc.CHAT, vc.PLAIN, vc.EMBED, vc.LORA}
     assert real["vllm_version"] == "0.32.0"
 
 

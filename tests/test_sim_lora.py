@@ -190,3 +190,35 @@ def test_sim_fleet_file_takes_a_lora_block() -> None:
     assert config.lora is not None and config.lora.modules == (("a", "/x/a"),)
     with pytest.raises(InferplaneError, match="not a LoRA block"):
         _engine_from_mapping({"model": "m", "lora": {"slots": 2}}, "f.yaml: engines[0]")
+
+
+def test_refusals_read_as_vllms_sanitized_and_executor_wrapped(adapters: Path) -> None:
+    """Recorded from real vLLM (tests/data/vllm_contract, `lora_load_*`): error messages
+    lose file paths (sanitize_message), and the multiprocess executor (TP > 1) wraps the
+    worker's refusal of a rank above --max-lora-rank."""
+    from inferplane.sim.lora import SimAdapters
+    from inferplane.sim.protocol import ApiError, sanitize
+
+    lora = lora_config(True, max_lora_rank=16, env=RUNTIME)
+    gone = ApiError(404, f"Loading lora x failed: No adapter found for {adapters / 'nope'}")
+    assert gone.body()["error"]["message"] == "Loading lora x failed: No adapter found for <path>"
+    assert sanitize('boom <object at 0x7f3a>\n  File "/x/y.py", line 3, in f\n    g()') == (
+        "boom <object>")
+    assert sanitize("read /data/models/cfg.json") == "read <path>"
+    for multiproc, words in ((False, "Call to add_lora method failed: LoRA rank 64 is "
+                              "greater than max_lora_rank 16."),
+                             (True, "Call to add_lora method failed: Worker failed with error "
+                              "'LoRA rank 64 is greater than max_lora_rank 16.', please check "
+                              "the stack trace above for the root cause")):
+        registry = SimAdapters(lora, "base", multiproc=multiproc)
+        with pytest.raises(ApiError) as refused:
+            asyncio.run(registry.load({"lora_name": "wide",
+                                       "lora_path": str(adapters / "wide")}))
+        assert (refused.value.status, refused.value.message) == (500, words)
+    validation = ApiError(400, "1 validation error: /tmp/x", error_type="Bad Request")
+    assert validation.body()["error"]["message"] == "1 validation error: /tmp/x"  # as vLLM's
+    for tp in (1, 2):  # the engine picks the executor from its tensor parallel size
+        config = SimEngineConfig(model="base", max_model_len=1024, tensor_parallel_size=tp,
+                                 lora=lora)
+        with EngineHost([config]) as hosted:
+            assert hosted[0].engine.loras.multiproc is (tp > 1)

@@ -31,24 +31,35 @@ RECORDING = REPO / "tests" / "data" / "vllm_contract" / "recording.json"
 DOCS = REPO / "docs" / "simulator.md"
 TABLE_HEADING = "## Contract with real vLLM"
 
-CHAT, PLAIN, EMBED = "chat", "plain", "embed"
+CHAT, PLAIN, EMBED, LORA = "chat", "plain", "embed", "lora"
 CHAT_NAME, EMBED_NAME = "tiny-llama", "tiny-embed"
 MAX_MODEL_LEN = 512
+# The LoRA engine's adapters (scripts/make_tiny_adapter.py), written into one directory per
+# run; request bodies and command lines name it as ADAPTERS, answers have it masked back.
+ADAPTERS = "@ADAPTERS@"
+ADAPTER, EXTRA, BIG = "tiny-sql", "tiny-extra", "tiny-big"
+ADAPTER_RANKS = {ADAPTER: 8, EXTRA: 8, BIG: 16}  # BIG: above the engine's --max-lora-rank 8
 
 # Each engine: its served name and the flags beyond those every real engine of the tier gets
 # (`real_vllm.start_vllm`: --max-model-len 512 --enforce-eager --kv-cache-memory-bytes 64M).
 # The simulator parses the same command line (`fake_vllm.parse_serve_args`).
 COMMON_ARGS = ("--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
                "--kv-cache-memory-bytes", "64M")
-SERVED = {CHAT: CHAT_NAME, PLAIN: CHAT_NAME, EMBED: EMBED_NAME}
+SERVED = {CHAT: CHAT_NAME, PLAIN: CHAT_NAME, EMBED: EMBED_NAME, LORA: CHAT_NAME}
 ENGINE_ARGS: dict[str, tuple[str, ...]] = {
     CHAT: ("--dtype", "bfloat16", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
            "--structured-outputs-config",
            '{"backend":"xgrammar","disable_any_whitespace":true}'),
     PLAIN: ("--dtype", "bfloat16"),
     EMBED: ("--runner", "pooling", "--dtype", "bfloat16"),
+    LORA: ("--dtype", "bfloat16", "--enable-lora", "--max-loras", "1", "--max-lora-rank", "8",
+           "--max-cpu-loras", "2", "--lora-modules", f"{ADAPTER}={ADAPTERS}/{ADAPTER}"),
 }
-ENGINE_MODELS = {CHAT: "tiny-llama", PLAIN: "tiny-llama", EMBED: "tiny-qwen3"}  # tiny_models keys
+ENGINE_MODELS = {CHAT: "tiny-llama", PLAIN: "tiny-llama", EMBED: "tiny-qwen3",
+                 LORA: "tiny-llama"}  # tiny_models keys
+# Environment beyond the tier's: the LoRA engine opens the runtime load/unload endpoints
+# (the plain engine, without it, answers them as unknown routes).
+ENGINE_ENV: dict[str, dict[str, str]] = {LORA: {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}}
 
 # Dicts keyed by data (token text, token id), not by field name: their keys become "*".
 MAP_PATHS = frozenset({
@@ -234,7 +245,60 @@ def _cases() -> list[Case]:
         Case("embeddings_on_generate_model", CHAT, _EM,
              {"model": CHAT_NAME, "input": "hello"}),
     ]
-    return [*chat, *chat_errors, *plain, *completions, *other, *embed]
+    return [*chat, *chat_errors, *plain, *completions, *other, *embed, *_lora_cases()]
+
+
+_LOAD, _UNLOAD = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+
+
+def _load(name: str, directory: str | None = None, **fields: Any) -> dict[str, Any]:
+    return {"lora_name": name, "lora_path": f"{ADAPTERS}/{directory or name}", **fields}
+
+
+def _lora_cases() -> list[Case]:
+    """vLLM's adapter registry, in order (each case sees the state the previous left)."""
+    return [
+        Case("lora_models", LORA, "/v1/models", method="GET"),
+        Case("lora_model_by_id", LORA, f"/v1/models/{ADAPTER}", method="GET"),
+        Case("lora_chat", LORA, _CC, _chat(model=ADAPTER)),
+        Case("lora_chat_stream", LORA, _CC, _chat(model=ADAPTER, stream=True)),
+        Case("lora_completion", LORA, _CO, _completion(model=ADAPTER)),
+        Case("lora_chat_unknown_adapter", LORA, _CC, _chat(model="tiny-nope")),
+        Case("lora_load", LORA, _LOAD, _load(EXTRA)),
+        Case("lora_load_twice", LORA, _LOAD, _load(EXTRA)),
+        Case("lora_load_inplace", LORA, _LOAD, _load(EXTRA, load_inplace=True)),
+        Case("lora_load_static_again", LORA, _LOAD, _load(ADAPTER)),
+        Case("lora_chat_loaded", LORA, _CC, _chat(model=EXTRA)),
+        Case("lora_models_loaded", LORA, "/v1/models", method="GET"),
+        Case("lora_load_base_name", LORA, _LOAD, _load(CHAT_NAME, EXTRA)),
+        Case("lora_load_no_path", LORA, _LOAD, {"lora_name": "tiny-x"}),
+        Case("lora_load_empty_name", LORA, _LOAD, _load("", EXTRA)),
+        Case("lora_unload", LORA, _UNLOAD, {"lora_name": EXTRA}),
+        Case("lora_unload_twice", LORA, _UNLOAD, {"lora_name": EXTRA}),
+        Case("lora_unload_no_name", LORA, _UNLOAD, {}),
+        Case("lora_chat_unloaded", LORA, _CC, _chat(model=EXTRA)),
+        Case("lora_load_missing_dir", LORA, _LOAD, _load("tiny-gone", "no-such-dir")),
+        Case("lora_load_rank_too_large", LORA, _LOAD, _load(BIG)),
+        Case("lora_models_end", LORA, "/v1/models", method="GET"),
+        Case("plain_load_lora_disabled", PLAIN, _LOAD, _load(EXTRA)),
+        Case("plain_unload_lora_disabled", PLAIN, _UNLOAD, {"lora_name": EXTRA}),
+        Case("plain_chat_adapter_without_lora", PLAIN, _CC, _chat(model=ADAPTER)),
+    ]
+
+
+def make_adapters(out: Path, base: Path) -> Path:
+    """The LoRA engine's adapter directories under `out`, for the base model in `base`
+    (its config.json is enough: scripts/make_tiny_adapter.py is pure Python and seeded)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_tiny_adapter", REPO / "scripts" / "make_tiny_adapter.py")
+    assert spec is not None and spec.loader is not None
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    for seed, (name, rank) in enumerate(ADAPTER_RANKS.items()):
+        maker.write_adapter(out / name, base, rank=rank, seed=seed, base_name=str(base))
+    return out
 
 
 CASES: tuple[Case, ...] = tuple(_cases())
@@ -345,23 +409,34 @@ def answer(response: httpx.Response, stream: bool) -> dict[str, Any]:
     return out
 
 
-def record_case(client: httpx.Client, base_url: str, case: Case) -> dict[str, Any]:
-    """Send one case; its answer."""
+def _swap(value: Any, old: str, new: str) -> Any:
+    """`value` with every string's `old` replaced by `new` (JSON-shaped values)."""
+    return json.loads(json.dumps(value).replace(old, new)) if value is not None else None
+
+
+def record_case(client: httpx.Client, base_url: str, case: Case,
+                adapters: Path | None = None) -> dict[str, Any]:
+    """Send one case; its answer (the adapters' directory named ADAPTERS in both)."""
     url = base_url + case.path
+    where = str(adapters) if adapters is not None else ""
     if case.method == "GET":
         response = client.get(url)
     elif case.raw is not None:
         response = client.post(url, content=case.raw, headers={"content-type": "application/json"})
     else:
-        response = client.post(url, json=case.body)
+        response = client.post(url, json=_swap(case.body, ADAPTERS, where))
+    if where and where.encode() in response.content:  # before answer() masks its digits
+        response = httpx.Response(response.status_code, headers=response.headers,
+                                  content=response.content.replace(where.encode(),
+                                                                   ADAPTERS.encode()))
     return answer(response, case.stream)
 
 
 def record(urls: Mapping[str, str], cases: Iterable[Case] = CASES,
-           timeout_s: float = 120.0) -> dict[str, Any]:
+           timeout_s: float = 120.0, adapters: Path | None = None) -> dict[str, Any]:
     """Every case against the engines at `urls` (engine kind -> base URL)."""
     with httpx.Client(timeout=timeout_s) as client:
-        return {case.name: record_case(client, urls[case.engine], case)
+        return {case.name: record_case(client, urls[case.engine], case, adapters)
                 for case in cases if case.engine in urls}
 
 
@@ -547,10 +622,16 @@ def unexplained(diffs: Iterable[str], rows: Iterable[Explanation]) -> tuple[list
 # -- the two sides ------------------------------------------------------------------------
 
 
-def serve_argv(kind: str, model_dir: Path, port: int) -> list[str]:
+def engine_args(kind: str, adapters: Path | None = None) -> list[str]:
+    """The flags of one contract engine beyond COMMON_ARGS (the adapters' directory in)."""
+    where = str(adapters) if adapters is not None else ADAPTERS
+    return [arg.replace(ADAPTERS, where) for arg in ENGINE_ARGS[kind]]
+
+
+def serve_argv(kind: str, model_dir: Path, port: int, adapters: Path | None = None) -> list[str]:
     """The `vllm serve` command line of one contract engine (after the executable)."""
     return ["serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
-            "--served-model-name", SERVED[kind], *COMMON_ARGS, *ENGINE_ARGS[kind]]
+            "--served-model-name", SERVED[kind], *COMMON_ARGS, *engine_args(kind, adapters)]
 
 
 def record_metrics(urls: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -560,18 +641,28 @@ def record_metrics(urls: Mapping[str, str]) -> dict[str, dict[str, str]]:
                 for kind, url in urls.items()}
 
 
-def record_simulator(model_dirs: Mapping[str, Path],
-                     kinds: Iterable[str] = (CHAT, PLAIN, EMBED)) -> dict[str, Any]:
-    """The contract against simulated engines started from the real engines' command lines."""
+def record_simulator(model_dirs: Mapping[str, Path], adapters: Path,
+                     kinds: Iterable[str] = (CHAT, PLAIN, EMBED, LORA)) -> dict[str, Any]:
+    """The contract against simulated engines started from the real engines' command lines
+    and environment (`adapters`: a directory make_adapters wrote)."""
+    import dataclasses
+
     from inferplane.sim import EngineHost
     from inferplane.sim.fake_vllm import parse_serve_args
+    from inferplane.sim.lora import runtime_updates_from_env
 
     kinds = list(kinds)
-    configs = [parse_serve_args(serve_argv(kind, model_dirs[ENGINE_MODELS[kind]], 0))[0]
-               for kind in kinds]
+    configs = []
+    for kind in kinds:
+        config = parse_serve_args(serve_argv(kind, model_dirs[ENGINE_MODELS[kind]], 0,
+                                             adapters))[0]
+        if config.lora is not None:  # the engine's environment, not this process's
+            config = dataclasses.replace(config, lora=dataclasses.replace(
+                config.lora, runtime_updates=runtime_updates_from_env(ENGINE_ENV.get(kind, {}))))
+        configs.append(config)
     with EngineHost(configs) as handles:
         urls = {kind: handle.url for kind, handle in zip(kinds, handles, strict=True)}
-        cases = record(urls)
+        cases = record(urls, adapters=adapters)
         return {"cases": cases, "metrics": record_metrics(urls)}
 
 

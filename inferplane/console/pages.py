@@ -204,16 +204,27 @@ def fleet_fragment(view: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _held(adapters: list[str]) -> str:
+    """One replica's adapters cell: what its engine lists in /v1/models now."""
+    text = e(", ".join(adapters)) if adapters else '<span class="nolive">none</span>'
+    return f'<td data-adapters-held="{e(" ".join(adapters))}">{text}</td>'
+
+
 def models_fragment(view: dict[str, Any], actions: bool) -> str:
     out: list[str] = []
     for m in view["models"]:
         aliases = f' (aliases: {e(", ".join(m["aliases"]))})' if m["aliases"] else ""
+        lora = bool(m.get("adapters"))  # the adapters column only for a model that has them
+        declared = (f' · LoRA adapters <span data-adapters="{e(" ".join(m["adapters"]))}">'
+                    f'{e(", ".join(m["adapters"]))}</span>' if lora else "")
         out.append(
             f'<section class="model" data-model="{e(m["name"])}"><h2>{e(m["name"])}{aliases}'
             f'</h2><p class="note">engine name {e(m["served_name"])} · gateway queue '
-            f'<span data-queue-depth="{m["queue_depth"]}">{m["queue_depth"]}</span></p>'
+            f'<span data-queue-depth="{m["queue_depth"]}">{m["queue_depth"]}</span>'
+            f"{declared}</p>"
             "<table><thead><tr><th>replica</th><th>state</th><th>restarts</th><th>routed</th>"
-            "<th>in flight</th><th>pid</th><th>gpus</th><th></th></tr></thead><tbody>"
+            f"<th>in flight</th>{'<th>adapters held</th>' if lora else ''}<th>pid</th>"
+            "<th>gpus</th><th></th></tr></thead><tbody>"
         )
         for r in m["replicas"]:
             name = str(r["name"])
@@ -238,6 +249,7 @@ def models_fragment(view: dict[str, Any], actions: bool) -> str:
                 f'<td>{e(name)}</td><td>{badge(r["state"])}{err}</td>'
                 f'<td>{"-" if r.get("restarts") is None else r["restarts"]}</td>'
                 f'<td>{"yes" if r["routable"] else "no"}</td><td>{r["in_flight"]}</td>'
+                f"{_held(r.get('adapters') or []) if lora else ''}"
                 f'<td>{e(r.get("pid") or "-")}</td>'
                 f'<td>{e(r.get("gpus_label") or "-")}</td>'
                 f"<td>{buttons}</td></tr>"

@@ -161,7 +161,8 @@ def _state(rec: dict[str, Any]) -> str:
 
 
 def models_view(gateway: GatewayApp, source: FleetSource | None) -> dict[str, Any]:
-    """Every model: its replicas (state, restarts, routable), its routes and weights."""
+    """Every model: its replicas (state, restarts, routable, LoRA adapters held), its routes
+    and weights."""
     status = source.status() if source is not None else {}
     by_model: dict[str, list[dict[str, Any]]] = {}
     for inst in status.get("instances", []):
@@ -172,6 +173,7 @@ def models_view(gateway: GatewayApp, source: FleetSource | None) -> dict[str, An
             "url": inst.get("url"), "last_error": inst.get("last_error"),
         })  # fmt: skip
     routable = {b.url: b for pool in gateway.state.pools.values() for b in pool.backends}
+    held = gateway.adapters.table()  # replica URL -> adapters its /v1/models lists
     models = []
     for name, pool in gateway.state.pools.items():
         route = pool.route
@@ -183,10 +185,11 @@ def models_view(gateway: GatewayApp, source: FleetSource | None) -> dict[str, An
             b = routable.get(str(rep.get("url") or "").rstrip("/"))
             rep["routable"] = b is not None and b.ready and not b.ejected
             rep["in_flight"] = b.outstanding if b is not None else 0
+            rep["adapters"] = held.get(str(rep.get("url") or "").rstrip("/"), [])
         models.append({
             "name": name, "aliases": list(route.aliases), "served_name": route.upstream_name,
             "endpoints": list(route.endpoints), "queue_depth": len(pool.queue),
-            "replicas": replicas,
+            "adapters": [a.name for a in route.adapters], "replicas": replicas,
         })  # fmt: skip
     return {"models": models, "routes": routes_view(gateway)}
 

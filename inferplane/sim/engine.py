@@ -39,7 +39,8 @@ class SimEngine:
         lora = config.lora
         self.metrics = EngineMetrics(config.model, memory.max_model_len,
                                      lora.max_loras if lora is not None else None)
-        self.loras = SimAdapters(lora, config.model)  # --enable-lora (sim/lora.py)
+        # --enable-lora (sim/lora.py); TP > 1 runs vLLM's multiprocess executor
+        self.loras = SimAdapters(lora, config.model, config.tensor_parallel_size > 1)
         self.loras.load_static()
         capacity = KvCapacity(
             num_blocks=memory.num_gpu_blocks,

@@ -60,8 +60,13 @@ def _not_found(name: str, path: str) -> ApiError:
     return ApiError(404, f"Loading lora {name} failed: No adapter found for {path}")
 
 
-def _add_lora_failed(why: str) -> ApiError:
-    # The engine core's utility call failing (v1/engine/core.py), answered as a 500.
+def _add_lora_failed(why: str, multiproc: bool = False) -> ApiError:
+    # The engine core's utility call failing (v1/engine/core.py), answered as a 500. With
+    # the multiprocess executor (TP > 1; the CPU build always) the worker's error arrives
+    # wrapped (v1/executor/multiproc_executor.py); the in-process one (TP 1) raises it as is.
+    if multiproc:
+        why = (f"Worker failed with error '{why}', please check the stack trace above for "
+               "the root cause")
     return ApiError(500, f"Call to add_lora method failed: {why}",
                     error_type="InternalServerError")
 
@@ -70,9 +75,11 @@ class SimAdapters:
     """The adapters one simulated engine serves; `config` None: started without
     `--enable-lora`."""
 
-    def __init__(self, config: SimLoraConfig | None, base_name: str) -> None:
+    def __init__(self, config: SimLoraConfig | None, base_name: str,
+                 multiproc: bool = False) -> None:
         self.config = config
         self.base_name = base_name
+        self.multiproc = multiproc  # vLLM's multiprocess executor (tensor parallel > 1)
         self.adapters: dict[str, Adapter] = {}
         self._next_id = 0
         self._cpu: OrderedDict[int, None] = OrderedDict()  # host-memory LRU (max_cpu_loras)
@@ -194,8 +201,8 @@ class SimAdapters:
                             f"{self.config.max_lora_rank}.")
         if raw.get("bias", "none") != "none":
             problems.append("Adapter bias is not supported.")
-        if problems:
-            raise _add_lora_failed(" ".join(problems))
+        if problems:  # the worker's own check (validate_legal)
+            raise _add_lora_failed(" ".join(problems), self.multiproc)
         previous = self.adapters.get(name)
         if previous is not None:
             int_id = previous.int_id

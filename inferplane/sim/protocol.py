@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,14 +30,32 @@ class ApiError(Exception):
         self.error_type = error_type  # vLLM's validation errors say "Bad Request"
 
     def body(self) -> dict[str, Any]:
+        # vLLM's create_error_response sanitizes its messages; its request-validation
+        # handler ("Bad Request") does not (entrypoints/serve/exception_handling, 0.32).
+        message = self.message if self.error_type == "Bad Request" else sanitize(self.message)
         return {
             "error": {
-                "message": self.message,
+                "message": message,
                 "type": self.error_type or ERROR_TYPES.get(self.status, "BadRequestError"),
                 "param": self.param,
                 "code": self.status,
             }
         }
+
+
+# What vLLM 0.32's sanitize_message takes out of an error message before a client sees it
+# (entrypoints/serve/exception_handling/utils.py): object addresses, traceback lines and
+# file paths, each path under a system root or ending in a file name read as "<path>".
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+_TRACEBACK = re.compile(r'\n?\s*File "[^"]+", line \d+, in \S+(\n\s+.*)?')
+_ROOTED_PATH = re.compile(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+")
+_FILE_PATH = re.compile(r"(?:/[\w\-]+)+/[\w\-]+\.\w+")
+
+
+def sanitize(message: str) -> str:
+    """An error message as vLLM answers it: no addresses, tracebacks or file paths."""
+    message = _TRACEBACK.sub("", _ADDRESS.sub(">", message))
+    return _FILE_PATH.sub("<path>", _ROOTED_PATH.sub("<path>", message)).strip()
 
 
 def prompt_too_long(max_model_len: int, prompt_tokens: int) -> ApiError:

@@ -11,6 +11,11 @@ same command lines start simulated engines. Checked:
   it and the tiny models' config/tokenizer files next to it instead of comparing;
 - every difference between live vLLM and the simulator is explained in docs/simulator.md;
 - both engines log the KV cache line in one format with the same numbers.
+
+A third phase starts the plain engine and a LoRA engine (`--enable-lora`, the tiny adapters
+of scripts/make_tiny_adapter.py, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) together for the
+`lora_*` and `plain_*` cases: adapter cards, chats to an adapter, runtime load/unload and
+vLLM's refusals.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json",
                "tokenizer_config.json", "chat_template.jinja")
 
 
-def _start(venv: Path, models: dict[str, Path], kind: str, logs: Path, cores: str) -> RealEngine:
+def _start(venv: Path, models: dict[str, Path], kind: str, logs: Path, cores: str,
+           adapters: Path | None = None) -> RealEngine:
     return start_vllm(venv, models[vc.ENGINE_MODELS[kind]], vc.SERVED[kind], logs / kind,
                       cores=cores, max_model_len=vc.MAX_MODEL_LEN,
-                      extra_args=vc.ENGINE_ARGS[kind], wait=False)
+                      extra_args=vc.engine_args(kind, adapters), wait=False,
+                      env=vc.ENGINE_ENV.get(kind))
 
 
 def _warm_up(engine: RealEngine) -> None:
@@ -65,11 +72,19 @@ def live(vllm_venv: Path, tiny_models: dict[str, Path],
         cases = vc.record(urls)
         metrics = vc.record_metrics(urls)
         embed.stop()
+        chat.stop()
+        # the plain and the LoRA engine together, one core each
+        adapters = vc.make_adapters(tmp_path_factory.mktemp("contract-adapters"),
+                                    tiny_models["tiny-llama"])
         plain = _start(vllm_venv, tiny_models, vc.PLAIN, logs, "1")
         engines.append(plain)
+        lora = _start(vllm_venv, tiny_models, vc.LORA, logs, "0", adapters)
+        engines.append(lora)
         plain.wait_ready()
-        cases.update(vc.record({vc.PLAIN: plain.url}))
-        metrics.update(vc.record_metrics({vc.PLAIN: plain.url}))
+        lora.wait_ready()
+        urls = {vc.PLAIN: plain.url, vc.LORA: lora.url}
+        cases.update(vc.record(urls, adapters=adapters))
+        metrics.update(vc.record_metrics(urls))
         startup = {vc.CHAT: vc.kv_line(chat.log_text()), vc.EMBED: vc.kv_line(embed.log_text())}
         yield {"vllm_version": vc_version(vllm_venv), "cases": dict(sorted(cases.items())),
                "metrics": metrics, "startup": startup,
@@ -104,9 +119,10 @@ def test_real_vllm_answers_as_recorded(live: dict[str, Any],
     assert committed["startup"] == recording["startup"]
 
 
-def test_simulator_matches_live_vllm(live: dict[str, Any],
-                                     tiny_models: dict[str, Path]) -> None:
-    simulated = vc.record_simulator(tiny_models)
+def test_simulator_matches_live_vllm(live: dict[str, Any], tiny_models: dict[str, Path],
+                                     tmp_path: Path) -> None:
+    adapters = vc.make_adapters(tmp_path / "adapters", tiny_models["tiny-llama"])
+    simulated = vc.record_simulator(tiny_models, adapters)
     diffs = vc.differences(live, simulated)
     missing, stale = vc.unexplained(diffs, vc.explained())
     assert missing == [], "differences docs/simulator.md's contract table does not explain"
