@@ -10,12 +10,15 @@ examples/*.yaml) has the repository path replaced by /REPO.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from deploy_plans import llama70b_pp, mig, s0, s0_hami, s4
 
 from inferplane.deploy import RenderOptions, check_dir, render_files
@@ -24,6 +27,7 @@ from inferplane.spec import load_fleet
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "data" / "golden"
 UPDATE = os.environ.get("INFERPLANE_UPDATE_GOLDEN") == "1"
+_PLAN_HASH = re.compile(r"(inferplane\.io/plan-sha256: )[0-9a-f]{16}")
 
 
 def _compare(name: str, files: dict[str, str]) -> None:
@@ -88,6 +92,13 @@ def test_real_plans_from_examples(example: str) -> None:
     plan = planner.plan_fleet(fleet, fleet_file=str(path))
     files = render_files(fleet, plan, "k8s",
                          RenderOptions(fleet_text=path.read_text(encoding="utf-8")))
-    files = {rel: text.replace(str(REPO), "/REPO") for rel, text in files.items()}
+    # The plan names the checkout's paths, so its hash does too: check it against the
+    # rendered plan here, then compare the rest with the checkout's path masked.
+    maps = yaml.safe_load_all(files["gateway/configmap.yaml"])
+    plan_json = next(m for m in maps if m and "plan.json" in m["data"])["data"]["plan.json"]
+    expected = hashlib.sha256(plan_json.encode()).hexdigest()[:16]
+    assert f"inferplane.io/plan-sha256: {expected}" in files["gateway/deployment.yaml"]
+    files = {rel: _PLAN_HASH.sub(r"\1<plan-hash>", text.replace(str(REPO), "/REPO"))
+             for rel, text in files.items()}
     _compare(f"{example}-k8s", files)
     assert check_dir(GOLDEN / f"{example}-k8s") == []
