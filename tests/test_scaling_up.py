@@ -131,9 +131,10 @@ async def test_a_model_at_zero_answers_its_first_requests_after_a_held_wait(
 
 
 async def test_held_requests_are_bounded_by_queue_depth_and_wait(tmp_path: Path) -> None:
-    # the engine takes 3 s to load; the queue holds 1 request for at most 1 s
-    rt = await _runtime(tmp_path, replicas=0, min_r=0, depth=1, wait=1.0,
-                        faults={"chat": FaultConfig(load_time_s=3)})
+    # the engine takes 10 s to load; the queue holds 1 request for at most 2.5 s (long
+    # enough for the second request to arrive while the first is held, on a loaded box)
+    rt = await _runtime(tmp_path, replicas=0, min_r=0, depth=1, wait=2.5,
+                        faults={"chat": FaultConfig(load_time_s=10)})
     try:
         async with httpx.AsyncClient(timeout=30) as client:
             url = rt.gateway_url + "/v1/chat/completions"
@@ -145,7 +146,7 @@ async def test_held_requests_are_bounded_by_queue_depth_and_wait(tmp_path: Path)
         assert late.status_code == 503 and late.headers["retry-after"]
         # the wait was for the engine to start, not for a busy replica's slot
         assert late.json()["error"]["message"] == (
-            "model `chat` did not wake within 1 s (no replica finished waking or starting); "
+            "model `chat` did not wake within 2.5 s (no replica finished waking or starting); "
             "retry later")
     finally:
         await rt.drain_and_stop()

@@ -92,17 +92,26 @@ async def test_concurrency_holds_under_200_concurrent_requests(
     inside = 0
     peak = 0
     admitted = 0
+    finished = 0
 
     async def one(i: int) -> None:
-        nonlocal inside, peak, admitted
+        nonlocal inside, peak, admitted, finished
         name = f"c{i}"
         while (await limiter.acquire("k", name, limits, 0, T0)).code != OK:
             await asyncio.sleep(0)
         inside += 1
         admitted += 1
         peak = max(peak, inside)
-        await asyncio.sleep(0)
+        # Hold the slot until every slot the limit allows is taken (or too few requests
+        # are left to take them): a limiter that admits fewer than 5 at once fails here
+        # by timing out, one that admits more fails the peak check. Without the hold,
+        # whether 5 ever overlap depends on Redis round-trip timing.
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + 10
+        while inside < min(5, 200 - finished) and loop.time() < give_up:
+            await asyncio.sleep(0.001)
         inside -= 1
+        finished += 1
         await limiter.release("k", name, limits, 0, T0)
 
     await asyncio.gather(*(one(i) for i in range(200)))
