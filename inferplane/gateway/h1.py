@@ -442,5 +442,6 @@ def protocol_for(
         "root_path": root_path,
     }
     tasks: set[asyncio.Task[None]] = set()
-    attrs = {"guard": connections, "app": app, "base": base, "tasks": tasks}
+    # (staticmethod: a plain function as the app must not become a bound method)
+    attrs = {"guard": connections, "app": staticmethod(app), "base": base, "tasks": tasks}
     return type("GatewayH1Protocol", (H1Protocol,), attrs)
