@@ -42,6 +42,11 @@ class EchoApp:
                 else:
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+        if scope["path"] == "/early":  # answers without reading the body (like a 413)
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"2")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": b"no"})
+            return
         body = b""
         more = True
         while more:
@@ -148,6 +153,23 @@ def test_pipelined_requests_are_answered_in_order(served: Served) -> None:
     got = answers(talk(served, data, until_closed=True))
     assert [(a["path"], a["query"], a["body"]) for a in got] == [
         ("/a", "", "one"), ("/b", "x=1", "two"), ("/c", "", "")]  # fmt: skip
+
+
+def test_a_body_the_app_never_read_is_skipped_and_the_next_request_answered(
+    served: Served,
+) -> None:
+    big = b"x" * 300_000  # over the read-pause mark: never buffered, never a stall
+    with socket.create_connection(served.addr, timeout=5) as sock:
+        sock.sendall(b"POST /early HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(big))
+        got = b""
+        while not _complete(got):
+            got += sock.recv(65536)
+        assert got.endswith(b"\r\n\r\nno")
+        sock.sendall(big + b"GET /after HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+    assert answers(rest)[0]["path"] == "/after"
 
 
 def test_a_chunked_request_body_arrives_whole(served: Served) -> None:

@@ -70,7 +70,9 @@ class H1Protocol(Bounded, asyncio.Protocol):
         return self.current is not None
 
     def _receiving_body(self) -> bool:
-        return self.parsing is not None and self.parsing is self.current
+        # (also a body still arriving for a request already answered without reading it)
+        parsing = self.parsing
+        return parsing is not None and (parsing is self.current or self.current is None)
 
     def _response_started(self) -> bool:
         return self.current is not None and self.current.started
@@ -230,8 +232,8 @@ class H1Protocol(Bounded, asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         req = self.parsing
-        if req is None:
-            return
+        if req is None or req.complete or req.disconnected:
+            return  # answered without reading its body (413, 401, ...): dropped
         req.body.append(body)
         req.wake()
         if len(req.body) > 1 and sum(map(len, req.body)) > BODY_HIGH_WATER:
