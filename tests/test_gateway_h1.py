@@ -21,7 +21,7 @@ from inferplane.gateway.asgi import Receive, Scope, Send
 from inferplane.gateway.config import ConnectionLimits
 from inferplane.gateway.connections import CONNECTION, Connections
 from inferplane.gateway.h1 import protocol_for
-from inferplane.gateway.h1server import NativeServer
+from inferplane.gateway.h1server import NativeServer, StartupFailed
 
 
 class EchoApp:
@@ -356,3 +356,18 @@ def test_an_app_error_before_the_answer_is_a_500() -> None:
         return bytes(transport.out)
 
     assert asyncio.run(run()).startswith(b"HTTP/1.1 500 ")
+
+
+def test_a_failed_startup_stops_the_server_before_it_listens() -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "lifespan"
+        await receive()
+        await send({"type": "lifespan.startup.failed", "message": "no database"})
+
+    async def run() -> None:
+        server = NativeServer(app, "127.0.0.1", 0, Connections())
+        with pytest.raises(StartupFailed, match="no database"):
+            await server.serve()
+        assert not server.started and not server.servers
+
+    asyncio.run(run())

@@ -21,6 +21,10 @@ from inferplane.gateway.h1 import protocol_for
 _log = logging.getLogger("inferplane.gateway")
 
 
+class StartupFailed(RuntimeError):
+    """The app's lifespan startup reported a failure (or raised)."""
+
+
 class Lifespan:
     """The ASGI lifespan protocol: startup before serving, shutdown after."""
 
@@ -35,14 +39,14 @@ class Lifespan:
         self._done = False
 
     async def startup(self) -> None:
-        """Run the app's startup; raises RuntimeError when it reports a failure."""
+        """Run the app's startup; raises `StartupFailed` when it reports a failure."""
         scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"},
                  "state": self.state}  # fmt: skip
         self._task = asyncio.get_running_loop().create_task(self._main(scope))
         await self._inbox.put({"type": "lifespan.startup"})
         await self._started.wait()
         if self._failed is not None:
-            raise RuntimeError(f"the gateway's startup failed: {self._failed}")
+            raise StartupFailed(f"the gateway's startup failed: {self._failed}")
 
     async def shutdown(self) -> None:
         if self._done or self._task is None or self._task.done():
@@ -101,7 +105,11 @@ class NativeServer:
         """Serve on uvloop until SIGINT/SIGTERM (a second one: do not wait for answers)."""
         import uvloop
 
-        uvloop.run(self._run_with_signals())
+        try:
+            uvloop.run(self._run_with_signals())
+        except StartupFailed as exc:  # logged by the lifespan; exit as uvicorn does (3)
+            _log.error("%s", exc)
+            raise SystemExit(3) from None
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
