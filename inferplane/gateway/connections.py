@@ -2,15 +2,17 @@
 
 uvicorn's httptools protocol never times out a connection that sends its request head or
 body slowly (or nothing at all), accepts request heads of any size and any number of
-connections. `GuardedProtocol` adds, per `ConnectionLimits` (docs/gateway.md lists each
-next to nginx's equivalent):
+connections. Both of the gateway's server protocols, `GuardedProtocol` here (uvicorn's,
+bounded) and `h1.H1Protocol` (the gateway's own), mix in `bounds.Bounded`, which enforces,
+per `ConnectionLimits` (docs/gateway.md lists each next to nginx's equivalent):
 
 - the request head must be complete within `header_timeout_s` of the connection opening or
   of its first byte (a keep-alive connection's next request) -> 408 and closed;
 - no gap between two reads of a request body may exceed `body_timeout_s` -> 408, closed;
 - the whole body must arrive within `body_total_timeout_s` of the head -> 408, closed (a
   byte every few seconds keeps every gap short and would hold the connection forever);
-- an idle keep-alive connection is closed after `keepalive_timeout_s` (uvicorn's timer);
+- an idle keep-alive connection is closed after `keepalive_timeout_s` (uvicorn's timer on
+  uvicorn's protocol, the sweep on the gateway's own);
 - a client that reads nothing of its response for `send_timeout_s` is dropped;
 - a request head above `max_header_bytes` gets 431 and the connection is closed;
 - beyond `max_connections` open connections (and never closer to the process's descriptor
