@@ -42,7 +42,8 @@ from inferplane.gateway import GatewayConfig, ModelRoute, Timeouts, build_app  #
 from inferplane.gateway.app import GatewayApp  # noqa: E402
 from inferplane.gateway.config import ConnectionLimits  # noqa: E402
 from inferplane.gateway.connections import GuardedProtocol, protocol_for  # noqa: E402
-from inferplane.gateway.server import uvicorn_config  # noqa: E402
+from inferplane.gateway.h1server import NativeServer  # noqa: E402
+from inferplane.gateway.server import gateway_server, uvicorn_config  # noqa: E402
 from inferplane.sim.config import FaultConfig, SimEngineConfig  # noqa: E402
 from inferplane.sim.host import EngineHandle, start_engines, stop_engines  # noqa: E402
 
@@ -65,7 +66,8 @@ def rss_mib() -> float:
 
 
 class Gateway:
-    def __init__(self, app: GatewayApp, url: str, server: uvicorn.Server, task: asyncio.Task[None]):
+    def __init__(self, app: GatewayApp, url: str, server: uvicorn.Server | NativeServer,
+                 task: asyncio.Task[None]):  # fmt: skip
         self.app, self.url, self.server, self.task = app, url, server, task
         self.addr = (HOST, int(url.rsplit(":", 1)[1]))
 
@@ -82,8 +84,12 @@ async def gateway(
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((HOST, 0))
-    extra: dict[str, Any] = {"http": protocol} if protocol is not None else {}
-    server = uvicorn.Server(uvicorn_config(app, HOST, 0, loop="none", **extra))
+    # The gateway's configured server (gateway.server, native by default); an explicit
+    # `protocol` is uvicorn's with that protocol class.
+    server: uvicorn.Server | NativeServer = (
+        gateway_server(app, HOST, 0, app.connections, loop="none") if protocol is None
+        else uvicorn.Server(uvicorn_config(app, HOST, 0, loop="none", http=protocol))
+    )  # fmt: skip
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.005)
@@ -340,11 +346,10 @@ _FD_GATEWAY = """
 import resource, sys
 sys.path.insert(0, {repo!r})
 resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-import uvicorn
 from inferplane.gateway import GatewayConfig, ModelRoute, build_app
-from inferplane.gateway.server import uvicorn_config
+from inferplane.gateway.server import gateway_server
 app = build_app(GatewayConfig(models=(ModelRoute("m", endpoints=({url!r},)),), access_log=False))
-uvicorn.Server(uvicorn_config(app, "127.0.0.1", {port})).run()
+gateway_server(app, "127.0.0.1", {port}).run()
 """
 
 

@@ -394,11 +394,10 @@ _FLOOD_CHILD = """
 import asyncio, resource, socket, sys
 limit, runtime_socket = int(sys.argv[1]), sys.argv[2] == "1"
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-import uvicorn
 from inferplane.gateway import GatewayConfig, ModelRoute, logfilter
 from inferplane.gateway.app import build_app
 from inferplane.gateway.connections import ACCEPT_BATCH
-from inferplane.gateway.server import uvicorn_config
+from inferplane.gateway.server import gateway_server
 from inferplane.runtime.runner import _bind
 
 async def main():
@@ -412,7 +411,7 @@ async def main():
         sock.listen(4096)
         sock.setblocking(False)
     logfilter.install()
-    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, app.connections, **extra))
+    server = gateway_server(app, "127.0.0.1", 0, app.connections, **extra)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import socket
 import threading
 from collections.abc import Coroutine, Iterator
@@ -23,7 +24,8 @@ from aiohttp import web
 
 from inferplane.gateway import GatewayConfig, build_app
 from inferplane.gateway.app import GatewayApp
-from inferplane.gateway.server import uvicorn_config
+from inferplane.gateway.h1server import NativeServer
+from inferplane.gateway.server import gateway_server
 
 T = TypeVar("T")
 
@@ -233,7 +235,7 @@ class Harness:
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self._runners: list[web.AppRunner] = []
-        self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+        self._servers: list[tuple[uvicorn.Server | NativeServer, asyncio.Task[None]]] = []
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -264,8 +266,10 @@ class Harness:
 
         async def start() -> str:
             sock = _bound_socket()
-            server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0))
-            server.config.loop = "none"
+            # The gateway's configured server (native by default); the suite runs on
+            # uvicorn's protocol with INFERPLANE_TEST_GATEWAY_SERVER=uvicorn.
+            kind = os.environ.get("INFERPLANE_TEST_GATEWAY_SERVER") or app.config.server
+            server = gateway_server(app, "127.0.0.1", 0, app.connections, kind, loop="none")
             task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
             while not server.started:
                 await asyncio.sleep(0.005)

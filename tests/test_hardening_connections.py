@@ -299,11 +299,10 @@ def test_descriptor_exhaustion_errors_are_logged_once_per_interval() -> None:
 _FLOOD_CHILD = """
 import asyncio, os, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[1])))
-import uvicorn
 from inferplane.gateway import GatewayConfig, ModelRoute, logfilter
 from inferplane.gateway.app import build_app
 from inferplane.gateway.connections import ACCEPT_BATCH
-from inferplane.gateway.server import uvicorn_config
+from inferplane.gateway.server import gateway_server
 from inferplane.runtime.runner import _bind
 
 async def main():
@@ -311,8 +310,8 @@ async def main():
                                   access_log=False))
     sock = _bind("127.0.0.1", 0)
     logfilter.install()
-    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, app.connections,
-                                           backlog=ACCEPT_BATCH))
+    server = gateway_server(app, "127.0.0.1", 0, app.connections,
+                            os.environ.get("INFERPLANE_TEST_GATEWAY_SERVER"), backlog=ACCEPT_BATCH)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)

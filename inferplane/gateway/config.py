@@ -273,6 +273,9 @@ class GatewayConfig:
     # every response carries x-inferplane-replica (docs/gateway.md).
     console_allowed_hosts: tuple[str, ...] = ()
     expose_replica_header: bool = False
+    # The HTTP/1.1 server: the gateway's own protocol (gateway/h1.py, measured faster) or
+    # uvicorn's httptools protocol; both with the same connection bounds.
+    server: Literal["native", "uvicorn"] = "native"
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}

@@ -2,15 +2,17 @@
 
 uvicorn's httptools protocol never times out a connection that sends its request head or
 body slowly (or nothing at all), accepts request heads of any size and any number of
-connections. `GuardedProtocol` adds, per `ConnectionLimits` (docs/gateway.md lists each
-next to nginx's equivalent):
+connections. Both of the gateway's server protocols, `GuardedProtocol` here (uvicorn's,
+bounded) and `h1.H1Protocol` (the gateway's own), mix in `bounds.Bounded`, which enforces,
+per `ConnectionLimits` (docs/gateway.md lists each next to nginx's equivalent):
 
 - the request head must be complete within `header_timeout_s` of the connection opening or
   of its first byte (a keep-alive connection's next request) -> 408 and closed;
 - no gap between two reads of a request body may exceed `body_timeout_s` -> 408, closed;
 - the whole body must arrive within `body_total_timeout_s` of the head -> 408, closed (a
   byte every few seconds keeps every gap short and would hold the connection forever);
-- an idle keep-alive connection is closed after `keepalive_timeout_s` (uvicorn's timer);
+- an idle keep-alive connection is closed after `keepalive_timeout_s` (uvicorn's timer on
+  uvicorn's protocol, the sweep on the gateway's own);
 - a client that reads nothing of its response for `send_timeout_s` is dropped;
 - a request head above `max_header_bytes` gets 431 and the connection is closed;
 - beyond `max_connections` open connections (and never closer to the process's descriptor
@@ -47,21 +49,20 @@ import errno
 import resource
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from inferplane.gateway.bounds import LINGER_S, MAX_LINGERING, Bounded, HeadTooLarge
 from inferplane.gateway.config import ConnectionLimits
-from inferplane.gateway.errors import error_body
 
-CONNECTION = "inferplane.connection"  # scope key: the request's GuardedProtocol
-LINGER_S = 2.0  # how long a refused connection may keep sending before it is closed
-MAX_LINGERING = 64  # refused connections waiting out LINGER_S; beyond: closed at once
-_PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
-            503: b"Service Unavailable"}  # fmt: skip
+__all__ = ["ACCEPT_BATCH", "CONNECTION", "LINGER_S", "MAX_LINGERING", "Connections",
+           "ConnectionsCollector", "GuardedProtocol", "Listener", "listener", "protocol_for",
+           "raise_nofile_soft_limit"]  # fmt: skip
+
+CONNECTION = "inferplane.connection"  # scope key: the request's protocol (a `Bounded`)
 
 
 LISTEN_BACKLOG = 4096  # the kernel's queue of connections not yet accepted
@@ -121,7 +122,7 @@ class Connections:
 
     def __init__(self, limits: ConnectionLimits | None = None) -> None:
         self.limits = limits or ConnectionLimits()
-        self.live: set[GuardedProtocol] = set()
+        self.live: set[Bounded] = set()
         self.refused = 0  # over the connection cap
         self.timed_out: dict[str, int] = {"header": 0, "body": 0, "send": 0}
         self.too_large = 0  # 431s
@@ -145,7 +146,7 @@ class Connections:
             return self.limits.max_connections
         return max(1, min(self.limits.max_connections, (soft - self.limits.fd_reserve) // 2))
 
-    def admit(self, proto: GuardedProtocol) -> bool:
+    def admit(self, proto: Bounded) -> bool:
         if self._timer is None:  # the first connection after a quiet spell: limits anew
             self._cap = self._compute_cap()
         if len(self.live) >= self._cap:
@@ -209,27 +210,9 @@ class ConnectionsCollector(Collector):
         yield closed
 
 
-def _error_response(status: int, message: str, extra: bytes = b"") -> bytes:
-    body = error_body(status, message)
-    return b"".join((
-        b"HTTP/1.1 %d %s\r\n" % (status, _PHRASES[status]),
-        b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
-        extra, b"connection: close\r\n\r\n", body,
-    ))  # fmt: skip
-
-
-_REFUSED = _error_response(
-    503, "the gateway is at its connection limit; retry later", b"retry-after: 1\r\n"
-)
-
-
-class _HeadTooLarge(Exception):
-    """Raised from a parser callback to stop parsing a request head above the limit."""
-
-
-class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the bounds above. `guard` is set per gateway by
-    `protocol_for`.
+class GuardedProtocol(Bounded, HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds above (`bounds.Bounded`). `guard` is
+    set per gateway by `protocol_for`.
 
     Cheap on the hot path: two overridden callbacks per request (`data_received`,
     `on_headers_complete`), no timers and no clock reads (times come from the sweep's
@@ -238,45 +221,42 @@ class GuardedProtocol(HttpToolsProtocol):
     `more_body` is receiving its body; any other open cycle is being answered.
     """
 
-    guard: Connections
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.head_since: float | None = None  # a head is awaited/arriving since then
-        self.head_bytes = 0  # bytes received for the head in progress
-        self.body_at = 0.0  # last read of the request body in progress
-        self.body_since = 0.0  # the head of the request whose body is arriving ended then
-        self.paused_since: float | None = None  # the client stopped reading its answer
-        self.linger_since: float | None = None  # answered with an error, half-closed
-        self.too_big = False
-        self.counted = False  # in `guard.live`
-        self.on_lost: Callable[[], None] | None = None  # the request in flight: client gone
+        self._init_bounds()
+
+    # ---- the phase, from uvicorn's cycle -----------------------------------------------
+
+    def _in_request(self) -> bool:
+        cycle = self.cycle
+        return cycle is not None and not cycle.response_complete
+
+    def _receiving_body(self) -> bool:
+        cycle = self.cycle
+        return cycle is not None and not cycle.response_complete and cycle.more_body
+
+    def _response_started(self) -> bool:
+        return self.cycle is not None and self.cycle.response_started
+
+    def _abandon_cycle(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+
+    def _close_after_answer(self) -> None:
+        if self.cycle is not None:
+            self.cycle.keep_alive = False  # close once this answer is sent
 
     # ---- connection --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError, AttributeError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        guard = self.guard
-        guard.now = self.loop.time()
-        if not guard.admit(self):
-            self.transport = transport
-            self._linger(_REFUSED)
-            return
-        self.counted = True
-        self.head_since = guard.now  # the first head is timed from the connection's opening
-        super().connection_made(transport)
+        if self._open(transport):
+            super().connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.counted:
-            self.guard.live.discard(self)
-            self.counted = False
         super().connection_lost(exc)
-        on_lost, self.on_lost = self.on_lost, None
-        if on_lost is not None:
-            on_lost()
+        self._gone()
 
     def data_received(self, data: bytes) -> None:
         if self.linger_since is not None:
@@ -302,7 +282,7 @@ class GuardedProtocol(HttpToolsProtocol):
         limit = self.guard.limits.max_header_bytes
         if self.head_bytes > limit and self._head_size() > limit:
             self.too_big = True
-            raise _HeadTooLarge  # uvicorn answers parser errors with send_400_response
+            raise HeadTooLarge  # uvicorn answers parser errors with send_400_response
         self.body_at = self.body_since = self.guard.now
         super().on_headers_complete()
         # The request path learns of a client gone from `on_lost`, without a task
@@ -327,111 +307,11 @@ class GuardedProtocol(HttpToolsProtocol):
         self.paused_since = None
         super().resume_writing()
 
-    # ---- bounds ------------------------------------------------------------------------
-
-    def check(self, now: float) -> None:
-        """One sweep: enforce the timeouts of the connection's phase."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        lim = self.guard.limits
-        if self.linger_since is not None:
-            if now - self.linger_since > LINGER_S:
-                transport.close()
-            return
-        cycle = self.cycle
-        if self.head_since is not None:
-            if now - self.head_since > lim.header_timeout_s:
-                self.guard.timed_out["header"] += 1
-                if self.head_bytes == 0:
-                    transport.close()  # never sent a byte of it: nothing to answer
-                else:
-                    msg = f"request head not received within {lim.header_timeout_s:g} s"
-                    self._refuse(408, msg)
-        elif cycle is not None and not cycle.response_complete:
-            if cycle.more_body:
-                if now - self.body_at > lim.body_timeout_s:
-                    self.guard.timed_out["body"] += 1
-                    self._refuse(408, f"no request body data for {lim.body_timeout_s:g} s")
-                elif now - self.body_since > lim.body_total_timeout_s:
-                    self.guard.timed_out["body"] += 1
-                    self._refuse(408, "request body not received within "
-                                 f"{lim.body_total_timeout_s:g} s")  # fmt: skip
-            elif self.paused_since is not None and now - self.paused_since > lim.send_timeout_s:
-                self.guard.timed_out["send"] += 1
-                self._abandon_cycle()
-                transport.close()
-
-    def drain(self) -> None:
-        """The gateway is shutting down (`Connections.drain`, uvicorn's `shutdown`)."""
-        transport = self.transport
-        if transport is None or transport.is_closing() or self.linger_since is not None:
-            return
-        cycle = self.cycle
-        if self.head_since is not None and self.head_bytes:
-            self._refuse(503, "the gateway is shutting down; retry against another one")
-        elif cycle is None or cycle.response_complete:
-            transport.close()  # idle
-        elif cycle.more_body:
-            self._refuse(503, "the gateway is shutting down; retry against another one")
-        else:
-            cycle.keep_alive = False  # close once this answer is sent
+    def drain(self) -> None:  # (uvicorn's own "drain" is the flow control's, not this)
+        Bounded.drain(self)
 
     def shutdown(self) -> None:
         self.drain()
-
-    def _too_large(self) -> None:
-        self.guard.too_large += 1
-        limit = self.guard.limits.max_header_bytes
-        self._refuse(431, f"request head exceeds the gateway limit of {limit} bytes")
-
-    def _refuse(self, status: int, message: str) -> None:
-        """Answer `status` unless a response already started, then close."""
-        self.head_since = None
-        cycle = self.cycle  # a finished cycle is the previous request's: not this one
-        started = cycle is not None and not cycle.response_complete and cycle.response_started
-        self._abandon_cycle()
-        if started:
-            self.transport.close()
-        else:
-            self._linger(_error_response(status, message))
-
-    def _abandon_cycle(self) -> None:
-        """The request in progress sees a disconnect (its receive() returns at once)."""
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            cycle.disconnected = True
-            cycle.message_event.set()
-
-    def _linger(self, response: bytes) -> None:
-        """Write `response`, half-close, and drop the connection once the client goes or
-        `LINGER_S` passes (closing at once would reset it before the client reads)."""
-        self.linger_since = self.guard.now
-        transport = self.transport
-        try:
-            transport.write(response)
-            if transport.can_write_eof():
-                transport.write_eof()
-            else:
-                transport.close()
-        except OSError:
-            # The client already went (shutdown() says ENOTCONN): raised out of
-            # connection_made this left the socket open for good, and a flood of
-            # connect-and-reset leaked descriptors up to the limit.
-            transport.abort()
-            return
-        if not self.counted:  # refused over the cap: not swept, so time it here
-            guard = self.guard
-            if guard.lingering >= MAX_LINGERING:  # a flood: free the descriptor now
-                transport.close()
-                return
-            guard.lingering += 1
-            self.loop.call_later(LINGER_S, self._close_if_open)
-
-    def _close_if_open(self) -> None:
-        self.guard.lingering -= 1
-        if not self.transport.is_closing():
-            self.transport.close()
 
 
 def protocol_for(connections: Connections) -> type[GuardedProtocol]:

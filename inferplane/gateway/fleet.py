@@ -107,6 +107,7 @@ def gateway_config_from_fleet(fleet: FleetSpec, plan: Plan | None = None) -> Gat
         metrics_token=os.environ.get(gw.metrics_token_env) if gw.metrics_token_env else None,
         console_allowed_hosts=tuple(gw.console_allowed_hosts),
         expose_replica_header=gw.expose_replica_header,
+        server=gw.server,
         tracing=TracingConfig(
             otlp_endpoint=gw.tracing.otlp_endpoint, service_name=gw.tracing.service_name,
             sample_ratio=gw.tracing.sample_ratio,

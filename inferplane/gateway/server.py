@@ -1,4 +1,6 @@
-"""Serving the gateway with uvicorn (uvloop + httptools: measured fastest here)."""
+"""Serving the gateway: its own HTTP/1.1 protocol (`h1.py`, the default) or uvicorn's
+httptools protocol (`gateway.server: uvicorn`), both on uvloop and both bounded by the
+gateway's connection limits (`connections.py`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from inferplane.gateway import logfilter
 from inferplane.gateway.app import GatewayApp, build_app
 from inferplane.gateway.config import GatewayConfig
 from inferplane.gateway.connections import Connections, protocol_for, raise_nofile_soft_limit
+from inferplane.gateway.h1server import NativeServer
 
 if TYPE_CHECKING:
     from inferplane.gateway.discovery import DiscoverySource
@@ -49,6 +52,37 @@ def uvicorn_config(
     return uvicorn.Config(app, **settings)
 
 
+def gateway_server(
+    app: Any,
+    host: str,
+    port: int,
+    connections: Connections | None = None,
+    kind: str | None = None,
+    **overrides: Any,
+) -> uvicorn.Server | NativeServer:
+    """The server for the gateway (`app`, or an ASGI wrapper of it with its `connections`):
+    `kind` ("native" or "uvicorn"; default: the gateway's `config.server`). `overrides`
+    are uvicorn settings; the native server takes `backlog` and `timeout_graceful_shutdown`
+    of them and runs on the loop it is started on (uvloop from `run()`)."""
+    if connections is None or kind is None:
+        gateway = app if isinstance(app, GatewayApp) else getattr(app, "gateway", None)
+        if connections is None:
+            assert isinstance(gateway, GatewayApp), "pass the connections with a wrapper"
+            connections = gateway.connections
+        if kind is None:
+            kind = gateway.config.server if isinstance(gateway, GatewayApp) else "native"
+    if kind == "uvicorn":
+        return uvicorn.Server(uvicorn_config(app, host, port, connections, **overrides))
+    unknown = set(overrides) - {"backlog", "timeout_graceful_shutdown", "loop"}
+    if unknown:
+        raise TypeError(f"the native gateway server has no settings {sorted(unknown)}")
+    return NativeServer(
+        app, host, port, connections,
+        backlog=overrides.get("backlog", 4096),
+        timeout_graceful_shutdown=overrides.get("timeout_graceful_shutdown"),
+    )  # fmt: skip
+
+
 def serve(
     config: GatewayConfig,
     host: str | None = None,
@@ -66,8 +100,8 @@ def serve(
     app = build_app(config, tenancy)
     app.discovery = discovery
     asgi = wrap(app) if wrap is not None else app
-    uvicorn.Server(
-        uvicorn_config(asgi, host or config.host, port or config.port, app.connections)
+    gateway_server(
+        asgi, host or config.host, port or config.port, app.connections, config.server
     ).run()
 
 

@@ -35,6 +35,7 @@ from inferplane.errors import InferplaneError
 from inferplane.gateway import Backend, GatewayApp, build_app
 from inferplane.gateway.connections import ACCEPT_BATCH, listener
 from inferplane.gateway.fleet import gateway_config_from_fleet
+from inferplane.gateway.h1server import NativeServer
 from inferplane.gateway.server import uvicorn_config
 from inferplane.gpus.nvml import NvmlApi
 from inferplane.monitoring.live import refresh_targets, start_monitoring
@@ -263,7 +264,7 @@ class Runtime:
                 pool.activator = (lambda m: lambda: self._activate(m))(model)
                 pool.on_held = (lambda m: lambda s: self._held(m, s))(model)
         self.gateway_url = ""
-        self._server: _GatewayServer | None = None
+        self._server: _GatewayServer | NativeServer | None = None
         self._server_task: asyncio.Task[None] | None = None
         self._started_at = time.time()
         self._stop_requested = asyncio.Event()
@@ -297,18 +298,27 @@ class Runtime:
             self.gateway_url = f"http://{host}:{sock.getsockname()[1]}"
             for model, backends in self.backends.items():
                 self.gateway.state.set_backends(model, backends)
-            # The same server settings as `inferplane gateway`: httptools with the
-            # connection bounds (timeouts, head size, cap, TCP_NODELAY on every socket).
-            config = uvicorn_config(
-                self.gate, host, port, self.gateway.connections, timeout_graceful_shutdown=5,
+            # The same server as `inferplane gateway` (gateway.server: the gateway's own
+            # protocol or uvicorn's), with the connection bounds (timeouts, head size,
+            # cap, TCP_NODELAY on every socket).
+            settings: dict[str, Any] = dict(
+                timeout_graceful_shutdown=5,
                 backlog=ACCEPT_BATCH,  # asyncio's accepts per tick; the kernel queue stays
-            )  # fmt: skip
+            )
+            server: _GatewayServer | NativeServer
+            if self.gateway.config.server == "uvicorn":
+                server = _GatewayServer(
+                    uvicorn_config(self.gate, host, port, self.gateway.connections, **settings)
+                )
+            else:
+                server = NativeServer(self.gate, host, port, self.gateway.connections,
+                                      **settings)  # fmt: skip
             # after uvicorn's logging config (it replaces the handlers of its loggers)
             self._gateway_log = _open_gateway_log(self.state_dir.log_dir / "gateway.log")
             from inferplane.gateway import logfilter
 
             logfilter.install()  # one line per 10 s, not a traceback per failed accept()
-            self._server = _GatewayServer(config)
+            self._server = server
             self._server_task = asyncio.get_running_loop().create_task(
                 self._server.serve(sockets=[sock])
             )

@@ -104,6 +104,9 @@ class GatewaySpec(SpecModel):
     # response: off by default (it tells clients the fleet's layout); the console asks for
     # it on its own.
     expose_replica_header: StrictBool = False
+    # The HTTP/1.1 server: the gateway's own protocol (measured 1.15x uvicorn's RPS with
+    # tenancy, docs/gateway.md#performance) or uvicorn's; the same connection bounds.
+    server: Literal["native", "uvicorn"] = "native"
     # The gateway's container image for `inferplane render` (--gateway-image overrides it);
     # default: what this checkout's Dockerfile builds (docs/deploy.md).
     image: StrictStr | None = Field(default=None, min_length=1)

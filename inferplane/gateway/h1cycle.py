@@ -1,0 +1,151 @@
+"""One request on the gateway's own HTTP/1.1 protocol (`h1.py`): its ASGI receive() and
+send(). A response with a Content-Length is held at http.response.start and written with
+its body in one write; any other starts at once (a stream's head is not delayed), chunked
+on HTTP/1.1 and close-delimited on HTTP/1.0; a paused transport makes send() wait."""
+
+from __future__ import annotations
+
+import asyncio
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+from inferplane.gateway.asgi import Message
+
+if TYPE_CHECKING:
+    from inferplane.gateway.h1 import H1Protocol
+
+_DISCONNECT: Message = {"type": "http.disconnect"}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_NO_BODY = frozenset({204, 304})
+_STATUS = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
+
+
+def _status_line(status: int) -> bytes:
+    line = _STATUS.get(status)
+    return line if line is not None else b"HTTP/1.1 %d \r\n" % status
+
+
+class Request:
+    """One request's receive/send, on the connection that carries it."""
+
+    __slots__ = ("body", "body_done", "chunked", "complete", "conn", "disconnected",
+                 "expect_100", "head", "keep_alive", "length", "more_body", "no_body",
+                 "scope", "started", "waiter")  # fmt: skip
+
+    def __init__(self, conn: H1Protocol, scope: dict[str, Any], keep_alive: bool) -> None:
+        self.conn = conn
+        self.scope = scope
+        self.keep_alive = keep_alive
+        self.expect_100 = False
+        self.body: list[bytes] = []
+        self.more_body = True  # the request body is still arriving
+        self.body_done = False  # the app was handed the last of the body
+        self.waiter: asyncio.Future[None] | None = None
+        self.disconnected = False
+        self.started = False  # the response head was sent (or is held for the body)
+        self.complete = False
+        self.head: list[bytes] | None = None  # a head held back to go out with the body
+        self.length = -1  # Content-Length bytes still to send; -1: none given
+        self.chunked = False
+        self.no_body = scope["method"] == "HEAD"
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def receive(self) -> Message:
+        conn = self.conn
+        if self.expect_100:
+            self.expect_100 = False
+            if not conn.transport.is_closing():
+                conn.transport.write(_CONTINUE)
+        while not (self.disconnected or self.complete) and (
+            self.body_done or (self.more_body and not self.body)
+        ):
+            conn.resume_reading()
+            self.waiter = conn.loop.create_future()
+            await self.waiter
+        if self.disconnected or self.complete:
+            return _DISCONNECT
+        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body = []
+        if self.more_body:
+            conn.resume_reading()
+        else:
+            self.body_done = True
+        return {"type": "http.request", "body": body, "more_body": self.more_body}
+
+    async def send(self, message: Message) -> None:
+        conn = self.conn
+        if conn.write_paused and not self.disconnected:
+            await conn.drain_writes()
+        if self.disconnected:
+            return
+        if not self.started:
+            if message["type"] != "http.response.start":
+                raise RuntimeError(f"expected http.response.start, got {message['type']!r}")
+            self._start(message["status"], message.get("headers", ()))
+            return
+        if self.complete:
+            raise RuntimeError(f"unexpected {message['type']!r} after the response completed")
+        if message["type"] != "http.response.body":
+            raise RuntimeError(f"expected http.response.body, got {message['type']!r}")
+        body: bytes = message.get("body", b"")
+        more: bool = message.get("more_body", False)
+        if self.no_body:
+            body = b""
+        elif self.chunked:
+            body = b"%x\r\n%b\r\n" % (len(body), body) if body else b""
+            if not more:
+                body += b"0\r\n\r\n"
+        elif self.length >= 0:
+            self.length -= len(body)
+            if self.length < 0:
+                raise RuntimeError("response content longer than Content-Length")
+        head = self.head
+        if head is not None:  # the held head goes out with the first body bytes
+            self.head = None
+            head.append(body)
+            body = b"".join(head)
+        if body:
+            conn.transport.write(body)
+        if not more:
+            if self.length > 0 and not self.no_body:
+                raise RuntimeError("response content shorter than Content-Length")
+            self.complete = True
+            self.wake()
+            conn.answered(self)
+
+    def _start(self, status: int, headers: Any) -> None:
+        self.started = True
+        self.expect_100 = False
+        parts = [_status_line(status)]
+        close_sent = False
+        for name, value in headers:
+            lname = name.lower()
+            if lname == b"content-length":
+                self.length = int(value)
+            elif lname == b"transfer-encoding":
+                self.chunked = value.lower() == b"chunked"
+            elif lname == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+                close_sent = True
+            parts += (name, b": ", value, b"\r\n")
+        if status in _NO_BODY:
+            self.no_body = True
+        elif self.length < 0 and not self.chunked and not self.no_body:
+            if self.scope["http_version"] == "1.0":
+                self.keep_alive = False  # the body ends where the connection does
+            else:
+                self.chunked = True
+                parts.append(b"transfer-encoding: chunked\r\n")
+        if not self.keep_alive and not close_sent:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        if self.length >= 0 and not self.no_body:
+            self.head = parts  # a whole response: one write with its body
+        else:
+            self.conn.transport.write(b"".join(parts))  # a stream: its head now
