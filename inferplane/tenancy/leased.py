@@ -1,0 +1,470 @@
+"""Limits shared through Redis, decided in memory: each gateway leases chunks of a key's
+allowance and settles with Redis once per `sync_s`, not once per request.
+
+Per key, a gateway holds credit (requests, tokens, budget tokens) and concurrency slots
+that Redis granted it. A request that fits its gateway's credit is decided without I/O;
+one that does not triggers a sync for its key (one Lua script: apply the token corrections
+of finished requests, give back what is left, grant what the request needs plus a chunk
+sized by the key's recent traffic, or refuse with the limit that refused). A background
+task syncs every key with anything outstanding every `sync_s`.
+
+The bounds (docs/tenancy.md, "Several gateways"), for any number of gateways on one key:
+
+- Requests and tokens per minute: Redis charges a chunk with the same GCRA as the exact
+  limiter at the moment it grants it, and a chunk is used for at most `sync_s` after
+  that (then what is left goes back). So the requests admitted in any interval of length
+  L are at most what exact GCRA admits in L + `sync_s`: rpm × (1 + (L + sync_s) / 60),
+  i.e. at most rpm × sync_s / 60 more than the exact limiter. Token corrections (engine
+  usage vs estimate) reach Redis within `sync_s` (the exact limiter applies them at once).
+- Concurrency: the slots every gateway holds never sum above `max_concurrent`, so it is
+  never exceeded. A request may be refused while another gateway holds idle slots; it
+  gives them back within `sync_s`. A gateway that dies holds its slots until its
+  heartbeat (each sync) is `lease_ttl_s` old.
+- Budgets: credit is granted only out of what is left, with the exact limiter's rule
+  (admit while some is left and the output reservation fits, charge the estimate), so a
+  budget is overshot no more than by the exact limiter.
+
+A single gateway decides as the exact limiter does at one instant; across time it may admit
+up to the bound above more (a chunk charged earlier refills earlier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from inferplane.aio import cancel_and_wait
+from inferplane.tenancy.limits import (
+    OK,
+    WINDOW_S,
+    Limits,
+    Outcome,
+    budget_window,
+)
+
+log = logging.getLogger("inferplane.tenancy")
+
+# KEYS: 1 slots held per gateway (hash), 2 gateway heartbeats (zset), 3 request TAT,
+#       4 token TAT, 5 budget bucket to grant from, 6.. budget buckets to adjust.
+# ARGV: 1 now, 2 gateway, 3 heartbeat ttl, 4 window,
+#       5 rpm, 6 tpm, 7 max_concurrent, 8 budget, 9 budget bucket ttl,
+#       10 requests to give back, 11 tokens to give back (credit + corrections, signed),
+#       12 slots this gateway keeps (its requests in flight: absolute, so a retried or
+#          expired heartbeat cannot lose them),
+#       13 requests needed, 14 requests wanted, 15 tokens needed, 16 tokens wanted,
+#       17 slots needed, 18 slots wanted, 19 budget needed (estimate), 20 budget wanted,
+#       21 output reservation, 22.. amounts for KEYS[6..] (signed INCRBY)
+# Returns {code, retry_after, requests, tokens, slots, budget, req_tat, tok_tat}: what
+# was granted (all of it or, with code ~= 0, nothing).
+_SYNC = """
+local now = tonumber(ARGV[1])
+local gw = ARGV[2]
+local ttl = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local rpm, tpm = tonumber(ARGV[5]), tonumber(ARGV[6])
+local maxc, budget = tonumber(ARGV[7]), tonumber(ARGV[8])
+local budget_ttl = tonumber(ARGV[9])
+local function num(key) return tonumber(redis.call('GET', key) or '0') end
+local function set_tat(key, tat)
+  redis.call('SET', key, string.format('%.17g', tat), 'PX',
+    math.max(math.ceil((tat - now) * 1000), 0) + 1000)
+end
+-- 1. what this gateway gives back: unused credit, token corrections, idle slots
+for i = 6, #KEYS do
+  local amount = tonumber(ARGV[16 + i])
+  if amount ~= 0 then redis.call('INCRBY', KEYS[i], amount) end
+end
+for _, spec in ipairs({{3, 10, rpm}, {4, 11, tpm}}) do
+  local back = tonumber(ARGV[spec[2]])
+  if back ~= 0 and spec[3] > 0 and redis.call('EXISTS', KEYS[spec[1]]) == 1 then
+    set_tat(KEYS[spec[1]], num(KEYS[spec[1]]) - back * window / spec[3])
+  end
+end
+local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for _, g in ipairs(dead) do redis.call('HDEL', KEYS[1], g) end
+if #dead > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+local held = tonumber(ARGV[12])
+-- this gateway's slots and heartbeat (an expired heartbeat frees a dead gateway's slots)
+local function keep()
+  if held > 0 then
+    redis.call('HSET', KEYS[1], gw, held)
+    redis.call('ZADD', KEYS[2], now + ttl, gw)
+    redis.call('EXPIRE', KEYS[1], math.ceil(ttl) + 1)
+    redis.call('EXPIRE', KEYS[2], math.ceil(ttl) + 1)
+  else
+    redis.call('HDEL', KEYS[1], gw)
+    redis.call('ZREM', KEYS[2], gw)
+  end
+end
+local function refuse(code, retry)
+  keep()
+  return {code, string.format('%.17g', retry)}
+end
+-- 2. clock stepped back: a TAT more than a window ahead is rebased (as the exact limiter)
+for i = 3, 4 do
+  if num(KEYS[i]) > now + window then set_tat(KEYS[i], now + window) end
+end
+-- 3. grant what is needed (refuse otherwise) plus up to the wanted chunk
+local slots, reqs, toks, credit = 0, 0, 0, 0
+local need_s, want_s = tonumber(ARGV[17]), tonumber(ARGV[18])
+if maxc > 0 and need_s > 0 then
+  local total = held
+  for _, n in ipairs(redis.call('HVALS', KEYS[1])) do total = total + tonumber(n) end
+  total = total - tonumber(redis.call('HGET', KEYS[1], gw) or '0')
+  local free = maxc - total
+  if free < need_s then
+    return refuse('1', 1)
+  end
+  slots = math.min(want_s, free)
+end
+local req_base, tok_base = now, now
+if rpm > 0 and tonumber(ARGV[13]) > 0 then
+  local interval = window / rpm
+  req_base = math.max(num(KEYS[3]), now)
+  local room = math.floor((now + window - req_base + 1e-6) / interval)
+  if room < tonumber(ARGV[13]) then
+    local retry = req_base + tonumber(ARGV[13]) * interval - now - window
+    return refuse('2', retry)
+  end
+  reqs = math.min(tonumber(ARGV[14]), room)
+end
+if tpm > 0 and tonumber(ARGV[15]) > 0 then
+  local need = tonumber(ARGV[15])
+  local interval = window / tpm
+  if need > tpm then
+    return refuse('5', window)
+  end
+  tok_base = math.max(num(KEYS[4]), now)
+  local room = math.floor((now + window - tok_base + 1e-6) / interval)
+  if room < need then
+    local retry = tok_base + need * interval - now - window
+    return refuse('3', retry)
+  end
+  toks = math.min(tonumber(ARGV[16]), room)
+end
+if budget > 0 and tonumber(ARGV[19]) > 0 then
+  local used = num(KEYS[5])
+  if used >= budget or used + tonumber(ARGV[21]) > budget then
+    return refuse('4', math.max(budget_ttl, 0))
+  end
+  -- the estimate is charged whole (as the exact limiter); a chunk only out of what is left
+  credit = math.max(tonumber(ARGV[19]), math.min(tonumber(ARGV[20]), budget - used))
+  redis.call('INCRBY', KEYS[5], credit)
+  if budget_ttl > 0 then redis.call('EXPIRE', KEYS[5], math.ceil(budget_ttl) + 86400) end
+end
+held = held + slots
+keep()
+local req_tat, tok_tat = num(KEYS[3]), num(KEYS[4])
+if reqs > 0 then
+  req_tat = req_base + reqs * window / rpm
+  set_tat(KEYS[3], req_tat)
+end
+if toks > 0 then
+  tok_tat = tok_base + toks * window / tpm
+  set_tat(KEYS[4], tok_tat)
+end
+return {'0', '0', tostring(reqs), tostring(toks), tostring(slots), tostring(credit),
+  string.format('%.17g', req_tat), string.format('%.17g', tok_tat)}
+"""
+
+
+class Lease:
+    """What one gateway holds for one key, and what it owes Redis."""
+
+    __slots__ = (
+        "budget", "budget_bucket", "corrections", "expires", "granted", "held", "in_flight",
+        "limits", "req_chunk", "req_tat", "requests", "sync_lock", "tok_tat", "tokens",
+        "used_requests", "used_tokens",
+    )  # fmt: skip
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.requests = 0  # request credit
+        self.tokens = 0  # token credit
+        self.budget = 0  # budget credit (tokens), in `budget_bucket`
+        self.budget_bucket = ""
+        self.held = 0  # concurrency slots held
+        self.in_flight = 0  # of which in use
+        self.granted = 0.0  # credit is usable from `granted` until `expires` (sync_s)
+        self.expires = 0.0
+        self.corrections: dict[str, int] = {}  # budget bucket -> tokens owed (signed)
+        self.tok_tat = 0.0  # token corrections owed go into `corrections["tok"]`
+        self.req_tat = 0.0  # Redis's TATs at the last grant (for x-ratelimit-* headers)
+        self.used_requests = 0  # admitted since the last background sync (chunk sizing)
+        self.used_tokens = 0
+        self.req_chunk = 1
+        self.sync_lock = asyncio.Lock()
+
+
+_TOK = "\x00tok"  # the token-rate correction in `Lease.corrections` (never a bucket name)
+
+
+class LeasedRedisLimiter:
+    """The `Limiter` protocol over Redis, deciding in memory from leased credit."""
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "inferplane:",
+        sync_s: float = 0.5,
+        lease_ttl_s: float = 30.0,
+        gateway_id: str | None = None,
+        clock: Callable[[], float] = time.time,
+        background: bool = True,
+    ) -> None:
+        import redis.asyncio as aioredis
+
+        if sync_s <= 0 or lease_ttl_s <= sync_s:
+            raise ValueError("need 0 < sync_s < lease_ttl_s")
+        self.prefix = prefix
+        self.sync_s = sync_s
+        self.lease_ttl_s = lease_ttl_s
+        self.gateway_id = gateway_id or os.urandom(6).hex()
+        self.clock = clock
+        self.background = background
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=16, timeout=5)
+        self.client: Any = aioredis.Redis(connection_pool=pool)
+        self._sync = self.client.register_script(_SYNC)
+        self._leases: dict[str, Lease] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.syncs = 0  # Redis round trips (tests, docs)
+
+    # ---- the request path ------------------------------------------------------------
+
+    def try_acquire(
+        self, key_id: str, limits: Limits, est_tokens: int, now: float, output_tokens: int = 0
+    ) -> Outcome | None:
+        """Admit from this gateway's credit without I/O, or None: a sync is needed."""
+        st = self._leases.get(key_id)
+        if st is None or st.limits != limits or not st.granted <= now < st.expires:
+            return None
+        if limits.max_concurrent and st.in_flight >= st.held:
+            return None
+        if limits.rpm and st.requests < 1:
+            return None
+        if limits.tpm and st.tokens < est_tokens:
+            return None
+        if limits.budget_tokens:
+            bucket, _ = budget_window(limits.budget_period, now)
+            if bucket != st.budget_bucket or st.budget < est_tokens or st.budget <= 0:
+                return None
+            st.budget -= est_tokens
+        if limits.max_concurrent:
+            st.in_flight += 1
+        if limits.rpm:
+            st.requests -= 1
+        if limits.tpm:
+            st.tokens -= est_tokens
+        st.used_requests += 1
+        st.used_tokens += est_tokens
+        return self._report(st, limits, now)
+
+    async def acquire(
+        self,
+        key_id: str,
+        lease: str,
+        limits: Limits,
+        est_tokens: int,
+        now: float,
+        output_tokens: int = 0,
+    ) -> Outcome:
+        """Admit from credit, else sync the key with Redis (waiting for a sync already in
+        flight for it) and decide from what Redis granted."""
+        if self.background and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        while True:
+            out = self.try_acquire(key_id, limits, est_tokens, now, output_tokens)
+            if out is not None:
+                return out
+            st = self._leases.get(key_id)
+            if st is None or st.limits != limits:
+                st = self._leases[key_id] = self._replace(key_id, st, limits)
+            lock = st.sync_lock
+            if lock.locked():  # another request is syncing this key: its grant may do
+                async with lock:
+                    pass
+                continue
+            async with lock:
+                refused = await self._sync_key(key_id, st, now, est_tokens, output_tokens)
+            if refused is not None:
+                return refused
+            out = self.try_acquire(key_id, limits, est_tokens, now, output_tokens)
+            if out is not None:
+                return out
+
+    def _replace(self, key_id: str, old: Lease | None, limits: Limits) -> Lease:
+        """A fresh lease for changed limits; the old one's credit and slots go back at the
+        next background sync (kept under a private name until then)."""
+        if old is not None:
+            self._leases[f"{key_id}\x00old{id(old)}"] = old
+        return Lease(limits)
+
+    def release_now(self, key_id: str, limits: Limits, delta_tokens: int, now: float) -> None:
+        """Free the request's slot and owe Redis its token correction (next sync)."""
+        st = self._leases.get(key_id)
+        if st is None or st.limits != limits:
+            st = self._find(key_id, limits)
+            if st is None:
+                return
+        if limits.max_concurrent and st.in_flight:
+            st.in_flight -= 1
+        if delta_tokens:
+            if limits.tpm:
+                st.corrections[_TOK] = st.corrections.get(_TOK, 0) + delta_tokens
+            if limits.budget_tokens:
+                bucket, _ = budget_window(limits.budget_period, now)
+                st.corrections[bucket] = st.corrections.get(bucket, 0) + delta_tokens
+
+    def _find(self, key_id: str, limits: Limits) -> Lease | None:
+        prefix = key_id + "\x00old"
+        for name, st in self._leases.items():
+            if name.startswith(prefix) and st.limits == limits:
+                return st
+        return None
+
+    async def release(
+        self, key_id: str, lease: str, limits: Limits, delta_tokens: int, now: float
+    ) -> None:
+        self.release_now(key_id, limits, delta_tokens, now)
+
+    @staticmethod
+    def _report(st: Lease, limits: Limits, now: float) -> Outcome:
+        """When each rate is full again: Redis's TAT at the last grant, less the credit this
+        gateway still holds (exact with one gateway)."""
+        req_i, tok_i = limits.request_interval, limits.token_interval
+        return Outcome(
+            OK, 0.0,
+            max(0.0, st.req_tat - st.requests * req_i - now) if req_i else 0.0,
+            max(0.0, st.tok_tat - st.tokens * tok_i - now) if tok_i else 0.0,
+            req_i, tok_i,
+        )  # fmt: skip
+
+    # ---- syncing with Redis ----------------------------------------------------------
+
+    def _keys(self, key_id: str) -> list[str]:
+        p = f"{self.prefix}{{{key_id}}}:"  # hash tag: one slot per key on Redis Cluster
+        return [p + "held", p + "gateways", p + "req", p + "tok"]
+
+    async def _sync_key(
+        self,
+        key_id: str,
+        st: Lease,
+        now: float,
+        est_tokens: int = 0,
+        output_tokens: int = 0,
+        need: bool = True,
+    ) -> Outcome | None:
+        """One round trip: settle `st` with Redis and, with `need`, get credit for one
+        request of `est_tokens` (plus a chunk). Returns the refusal, or None."""
+        limits = st.limits
+        name = key_id.split("\x00", 1)[0]
+        p = f"{self.prefix}{{{name}}}:budget:"
+        bucket, left = (
+            budget_window(limits.budget_period, now) if limits.budget_tokens else ("-", None)
+        )
+        # Take everything owed and given back out of the lease before awaiting: requests
+        # running meanwhile must not spend credit this sync returns.
+        corrections, st.corrections = st.corrections, {}
+        requests, tokens, budget = st.requests, st.tokens, st.budget
+        st.requests = st.tokens = st.budget = 0
+        st.held = st.in_flight
+        adjust = {b: n for b, n in corrections.items() if b != _TOK}
+        if budget and st.budget_bucket:
+            adjust[st.budget_bucket] = adjust.get(st.budget_bucket, 0) - budget
+        names = list(adjust)
+        chunk = st.req_chunk
+        avg = max(1, math.ceil(st.used_tokens / st.used_requests)) if st.used_requests else 1
+        more = est_tokens + (chunk - 1) * avg  # tokens for `chunk` requests like this one
+        need_req = 1 if need and limits.rpm else 0
+        need_tok = est_tokens if need and limits.tpm else 0
+        need_slot = 1 if need and limits.max_concurrent else 0
+        need_budget = max(est_tokens, 1) if need and limits.budget_tokens else 0
+        tpm, budget_tokens = limits.tpm or 0, limits.budget_tokens or 0
+        try:
+            raw = await self._sync(
+                keys=[*self._keys(name), p + bucket, *(p + b for b in names)],
+                args=[
+                    repr(now), self.gateway_id, repr(self.lease_ttl_s), repr(WINDOW_S),
+                    limits.rpm or 0, tpm, limits.max_concurrent or 0, budget_tokens,
+                    repr(left or 0.0), requests, tokens - corrections.get(_TOK, 0),
+                    st.held, need_req, max(need_req, chunk) if need_req else 0,
+                    need_tok, max(need_tok, min(more, tpm // 8)) if need_tok else 0,
+                    need_slot, max(need_slot, chunk) if need_slot else 0,
+                    need_budget,
+                    max(need_budget, min(more, budget_tokens // 8)) if need_budget else 0,
+                    output_tokens, *(adjust[b] for b in names),
+                ],
+            )  # fmt: skip
+        except BaseException:
+            # Unknown whether Redis applied it: corrections are owed again (applied twice
+            # at worst); the credit is not reused (lost at worst: never over-admits).
+            for b, n in corrections.items():
+                st.corrections[b] = st.corrections.get(b, 0) + n
+            raise
+        self.syncs += 1
+        code = int(raw[0])
+        if code != OK:
+            return Outcome(code, float(raw[1]))
+        st.requests, st.tokens = int(raw[2]), int(raw[3])
+        st.held += int(raw[4])
+        st.budget, st.budget_bucket = int(raw[5]), bucket
+        st.req_tat, st.tok_tat = float(raw[6]), float(raw[7])
+        st.granted, st.expires = now, now + self.sync_s
+        if need:
+            # Ran out before the interval ended: the next chunk is twice as large, up to an
+            # eighth of the key's allowance (so one gateway cannot starve the others).
+            caps = [max(1, n // 8) for n in (limits.rpm, limits.max_concurrent) if n]
+            st.req_chunk = min(chunk * 2, min(caps) if caps else 1 << 20)
+        return None
+
+    def _outstanding(self, st: Lease) -> bool:
+        return bool(
+            st.requests or st.tokens or st.budget or st.held or st.corrections
+            or st.used_requests
+        )  # fmt: skip
+
+    async def sync_all(self, now: float | None = None) -> None:
+        """Settle every key with anything outstanding (the background task, each `sync_s`;
+        `close`): give back credit and idle slots, pay corrections, renew the heartbeat."""
+        now = self.clock() if now is None else now
+        for key_id, st in list(self._leases.items()):
+            if not self._outstanding(st):
+                if "\x00" in key_id or st.in_flight == 0:
+                    self._leases.pop(key_id, None)
+                continue
+            # The next chunk: what the key used in the last interval (at least one).
+            st.req_chunk = max(1, min(st.req_chunk, st.used_requests or 1))
+            st.used_requests = st.used_tokens = 0
+            async with st.sync_lock:
+                await self._sync_key(key_id, st, now, need=False)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.sync_s)
+            try:
+                await self.sync_all()
+            except Exception as exc:  # Redis away: keep what is owed, retry next tick
+                log.warning("limiter sync failed: %s", exc)
+
+    async def seed_budget(self, key_id: str, bucket: str, used_tokens: int) -> None:
+        await self.client.set(f"{self.prefix}{{{key_id}}}:budget:{bucket}", used_tokens, nx=True)
+
+    async def clear(self) -> None:
+        """Delete every key under this limiter's prefix (tests)."""
+        async for name in self.client.scan_iter(match=self.prefix + "*"):
+            await self.client.delete(name)
+
+    async def close(self) -> None:
+        """Give everything back (the gateway's `down`), then disconnect."""
+        await cancel_and_wait(self._task)
+        self._task = None
+        with contextlib.suppress(Exception):
+            await self.sync_all()
+        await self.client.aclose()
+        await self.client.connection_pool.disconnect()
