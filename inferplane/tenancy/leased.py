@@ -12,7 +12,7 @@ The bounds (docs/tenancy.md, "Several gateways"), for any number of gateways on 
 
 - Requests and tokens per minute: Redis charges a chunk with the same GCRA as the exact
   limiter at the moment it grants it, and a chunk is used for at most `sync_s` after
-  that (then what is left goes back). So the requests admitted in any interval of length
+  that (then what is left goes back, as far as it has not refilled meanwhile). So the requests admitted in any interval of length
   L are at most what exact GCRA admits in L + `sync_s`: rpm × (1 + (L + sync_s) / 60),
   i.e. at most rpm × sync_s / 60 more than the exact limiter. Token corrections (engine
   usage vs estimate) reach Redis within `sync_s` (the exact limiter applies them at once).
@@ -295,8 +295,9 @@ class LeasedRedisLimiter:
             if refused is not None:
                 return refused
             out = self.try_acquire(key_id, limits, est_tokens, now, output_tokens)
-            if out is not None:
-                return out
+            if out is None:  # a grant always covers the request that asked: never spin
+                raise RuntimeError(f"limiter: Redis granted too little for key {key_id}")
+            return out
 
     def _replace(self, key_id: str, old: Lease | None, limits: Limits) -> Lease:
         """A fresh lease for changed limits; the old one's credit and slots go back at the
@@ -372,6 +373,14 @@ class LeasedRedisLimiter:
         # running meanwhile must not spend credit this sync returns.
         corrections, st.corrections = st.corrections, {}
         requests, tokens, budget = st.requests, st.tokens, st.budget
+        # Only the part of a chunk still ahead of `now` on Redis's TAT goes back: the rest
+        # has refilled meanwhile, and returning it would credit the key twice.
+        if requests:
+            ahead = (st.req_tat - now) / limits.request_interval if limits.rpm else 0.0
+            requests = min(requests, max(0, math.floor(ahead + 1e-9)))
+        if tokens:
+            ahead = (st.tok_tat - now) / limits.token_interval if limits.tpm else 0.0
+            tokens = min(tokens, max(0, math.floor(ahead + 1e-9)))
         st.requests = st.tokens = st.budget = 0
         st.held = st.in_flight
         adjust = {b: n for b, n in corrections.items() if b != _TOK}

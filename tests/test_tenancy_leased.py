@@ -1,0 +1,232 @@
+"""Several gateways sharing one key through Redis with leased credit (`LeasedRedisLimiter`):
+the bounds docs/tenancy.md states ("Several gateways"), on a real Redis. Time is passed in,
+never slept; the background sync is off and `sync_all` stands for its ticks."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tenancy_fixtures import NO_REDIS, REDIS_URL
+
+from inferplane.tenancy.leased import LeasedRedisLimiter
+from inferplane.tenancy.limits import CONCURRENCY, OK, REQUESTS, WINDOW_S, Limits
+
+T0 = 1_800_000_000.0
+SYNC_S = 0.5
+
+pytestmark = pytest.mark.skipif(not REDIS_URL, reason=NO_REDIS)
+
+
+def _pair(prefix: str, ttl: float = 30.0) -> tuple[LeasedRedisLimiter, LeasedRedisLimiter]:
+    assert REDIS_URL is not None
+    return tuple(  # type: ignore[return-value]
+        LeasedRedisLimiter(
+            REDIS_URL,
+            prefix=prefix,
+            sync_s=SYNC_S,
+            lease_ttl_s=ttl,
+            gateway_id=name,
+            background=False,
+        )  # fmt: skip
+        for name in ("gw-a", "gw-b")
+    )
+
+
+@pytest.fixture
+async def gateways() -> AsyncIterator[tuple[LeasedRedisLimiter, LeasedRedisLimiter]]:
+    a, b = _pair(f"iptest:{os.urandom(4).hex()}:")
+    yield a, b
+    await a.clear()
+    for lim in (a, b):
+        await lim.close()
+
+
+async def test_two_gateways_share_one_per_minute_allowance(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    a, b = gateways
+    limits = Limits(rpm=30)
+    admitted = 0
+    for i in range(60):  # alternating, all at one instant
+        out = await (a, b)[i % 2].acquire("k", "", limits, 0, T0)
+        admitted += out.code == OK
+    assert admitted <= 30
+    # Credit one gateway still holds goes back at its next sync; then the other gets it.
+    await a.sync_all(T0)
+    await b.sync_all(T0)
+    while (await b.acquire("k", "", limits, 0, T0)).code == OK:
+        admitted += 1
+    assert admitted == 30
+    refused = await a.acquire("k", "", limits, 0, T0)
+    assert refused.code == REQUESTS and abs(refused.retry_after_s - 2.0) < 1e-6
+
+
+async def test_concurrency_is_never_exceeded_and_idle_slots_move(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    a, b = gateways
+    limits = Limits(max_concurrent=3)
+    for _ in range(3):
+        assert (await a.acquire("k", "", limits, 0, T0)).code == OK
+    assert (await b.acquire("k", "", limits, 0, T0)).code == CONCURRENCY
+    a.release_now("k", limits, 0, T0)
+    # `a` holds the freed slot (idle) until its sync gives it back.
+    assert (await b.acquire("k", "", limits, 0, T0)).code == CONCURRENCY
+    await a.sync_all(T0 + SYNC_S)
+    assert (await b.acquire("k", "", limits, 0, T0 + SYNC_S)).code == OK
+    assert (await a.acquire("k", "", limits, 0, T0 + SYNC_S)).code == CONCURRENCY
+
+
+async def test_a_dead_gateways_slots_free_after_its_heartbeat_expires(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    a, b = gateways
+    limits = Limits(max_concurrent=1)
+    assert (await a.acquire("k", "", limits, 0, T0)).code == OK  # then `a` dies
+    assert (await b.acquire("k", "", limits, 0, T0 + 29)).code == CONCURRENCY
+    assert (await b.acquire("k", "", limits, 0, T0 + 31)).code == OK
+
+
+async def test_a_live_gateways_heartbeat_keeps_a_long_requests_slot(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    a, b = gateways
+    limits = Limits(max_concurrent=1)
+    assert (await a.acquire("k", "", limits, 0, T0)).code == OK
+    for t in range(20, 100, 20):  # `a` syncs (its background task) while the request runs
+        await a.sync_all(T0 + t)
+    assert (await b.acquire("k", "", limits, 0, T0 + 105)).code == CONCURRENCY
+
+
+async def test_token_corrections_reach_redis_at_the_next_sync(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    a, b = gateways
+    limits = Limits(tpm=1000)
+    assert (await a.acquire("k", "", limits, 100, T0)).code == OK
+    a.release_now("k", limits, 900, T0)  # the engine says 1000 tokens, not 100
+    assert (await b.acquire("k", "", limits, 100, T0)).code == OK  # not settled yet
+    await a.sync_all(T0)
+    assert (await b.acquire("k", "", limits, 100, T0)).code != OK
+
+
+async def test_close_gives_everything_back(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    a, b = gateways
+    limits = Limits(rpm=4, max_concurrent=4)
+    for _ in range(2):
+        assert (await a.acquire("k", "", limits, 0, T0)).code == OK
+    a.release_now("k", limits, 0, T0)
+    a.release_now("k", limits, 0, T0)
+    await a.sync_all(T0)
+    # Two requests were served; the other two of the minute and all four slots are free.
+    results = [(await b.acquire("k", "", limits, 0, T0)).code for _ in range(3)]
+    assert results == [OK, OK, REQUESTS]
+
+
+async def test_credit_is_not_spent_after_sync_s(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    """Credit charged a minute ago must not add to a full fresh allowance."""
+    a, b = gateways
+    limits = Limits(rpm=64)
+    for _ in range(4):  # chunks of 1, 2, then 4: `a` keeps 3 requests of credit
+        assert (await a.acquire("k", "", limits, 0, T0)).code == OK
+    later = T0 + WINDOW_S + 1  # the allowance is full again
+    fresh = 0
+    while (await b.acquire("k", "", limits, 0, later)).code == OK:
+        fresh += 1
+    assert (await a.acquire("k", "", limits, 0, later)).code == REQUESTS
+    assert fresh <= 64
+
+
+# ---- the bound, against an oracle --------------------------------------------------------
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["acquire", "burst", "release", "sync"]),
+        st.integers(0, 1),  # which gateway
+        st.sampled_from([0.0, 0.0, 0.0, 0.01, 0.3, 1.0, 7.0, 40.0]),  # seconds since the last step
+        st.integers(1, 40),  # tokens the request estimates (and uses)
+    ),
+    min_size=1,
+    max_size=120,
+)
+
+
+def _most_in(times: list[float], per_min: int, sync_s: float) -> bool:
+    """The documented bound: at most per_min × (1 + (L + sync_s) / 60) in any interval of
+    length L, for every interval between two admissions."""
+    times = sorted(times)
+    for i in range(len(times)):
+        for j in range(i, len(times)):
+            length = times[j] - times[i]
+            if j - i + 1 > math.floor(per_min * (1 + (length + sync_s) / WINDOW_S) + 1e-6):
+                return False
+    return True
+
+
+def _tokens_in(events: list[tuple[float, int]], per_min: int, sync_s: float) -> bool:
+    events = sorted(events)
+    for i in range(len(events)):
+        total = 0
+        for j in range(i, len(events)):
+            total += events[j][1]
+            length = events[j][0] - events[i][0]
+            if total > per_min * (1 + (length + sync_s) / WINDOW_S) + 1e-6:
+                return False
+    return True
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPS, st.integers(1, 64), st.integers(40, 2000), st.integers(1, 24))
+def test_two_gateways_stay_within_the_documented_bound(
+    ops: list[tuple[str, int, float, int]], rpm: int, tpm: int, max_concurrent: int
+) -> None:
+    """Random traffic over two gateways: concurrency never above the limit (exact); requests
+    and tokens per minute within rpm × sync_s / 60 (tpm × ...) of an exact limiter."""
+    asyncio.run(_scenario(ops, Limits(rpm=rpm, tpm=tpm, max_concurrent=max_concurrent)))
+
+
+async def _scenario(ops: list[tuple[str, int, float, int]], limits: Limits) -> None:
+    # Heartbeats never expire here: `sync` steps stand for the background ticks, which a
+    # live gateway runs every sync_s (expiry has its own test above).
+    gws = _pair(f"iptest:{os.urandom(4).hex()}:", ttl=1e6)
+    now = T0
+    inside: list[list[int]] = [[], []]  # tokens of each gateway's requests in flight
+    admitted: list[float] = []
+    tokens: list[tuple[float, int]] = []
+    try:
+        for kind, g, dt, est in ops:
+            now += dt
+            gw = gws[g]
+            if kind in ("acquire", "burst"):
+                for _ in range(8 if kind == "burst" else 1):
+                    out = await gw.acquire("k", "", limits, est, now)
+                    if out.code == OK:
+                        inside[g].append(est)
+                        admitted.append(now)
+                        tokens.append((now, est))
+                    assert limits.max_concurrent is not None
+                    assert len(inside[0]) + len(inside[1]) <= limits.max_concurrent
+            elif kind == "release" and inside[g]:
+                inside[g].pop()
+                gw.release_now("k", limits, 0, now)
+            elif kind == "sync":
+                await gw.sync_all(now)
+            assert limits.max_concurrent is not None
+            assert len(inside[0]) + len(inside[1]) <= limits.max_concurrent
+        assert limits.rpm is not None and limits.tpm is not None
+        assert _most_in(admitted, limits.rpm, SYNC_S)
+        assert _tokens_in(tokens, limits.tpm, SYNC_S)
+    finally:
+        await gws[0].clear()
+        for gw in gws:
+            await gw.close()
