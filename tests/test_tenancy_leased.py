@@ -33,7 +33,7 @@ def _pair(prefix: str, ttl: float = 30.0) -> tuple[LeasedRedisLimiter, LeasedRed
             lease_ttl_s=ttl,
             gateway_id=name,
             background=False,
-        )  # fmt: skip
+        )
         for name in ("gw-a", "gw-b")
     )
 

@@ -12,9 +12,10 @@ The bounds (docs/tenancy.md, "Several gateways"), for any number of gateways on 
 
 - Requests and tokens per minute: Redis charges a chunk with the same GCRA as the exact
   limiter at the moment it grants it, and a chunk is used for at most `sync_s` after
-  that (then what is left goes back, as far as it has not refilled meanwhile). So the requests admitted in any interval of length
-  L are at most what exact GCRA admits in L + `sync_s`: rpm × (1 + (L + sync_s) / 60),
-  i.e. at most rpm × sync_s / 60 more than the exact limiter. Token corrections (engine
+  that (then what is left goes back, as far as it has not refilled meanwhile). So the
+  requests admitted in any interval of length L are at most what exact GCRA admits in
+  L + `sync_s`: rpm × (1 + (L + sync_s) / 60), i.e. at most rpm × sync_s / 60 more than
+  the exact limiter. Token corrections (engine
   usage vs estimate) reach Redis within `sync_s` (the exact limiter applies them at once).
 - Concurrency: the slots every gateway holds never sum above `max_concurrent`, so it is
   never exceeded. A request may be refused while another gateway holds idle slots; it
