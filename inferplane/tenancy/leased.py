@@ -179,9 +179,9 @@ class Lease:
     """What one gateway holds for one key, and what it owes Redis."""
 
     __slots__ = (
-        "budget", "budget_bucket", "corrections", "expires", "granted", "held", "in_flight",
-        "limits", "req_chunk", "req_tat", "requests", "sync_lock", "tok_tat", "tokens",
-        "used_requests", "used_tokens",
+        "avg_tokens", "budget", "budget_bucket", "corrections", "expires", "granted", "held",
+        "in_flight", "limits", "req_chunk", "req_tat", "requests", "sync_lock", "tok_tat",
+        "tokens", "used_requests", "used_tokens",
     )  # fmt: skip
 
     def __init__(self, limits: Limits) -> None:
@@ -199,6 +199,7 @@ class Lease:
         self.req_tat = 0.0  # Redis's TATs at the last grant (for x-ratelimit-* headers)
         self.used_requests = 0  # admitted since the last background sync (chunk sizing)
         self.used_tokens = 0
+        self.avg_tokens = 0  # tokens per request in the last interval (0: not known yet)
         self.req_chunk = 1
         self.sync_lock = asyncio.Lock()
 
@@ -389,7 +390,8 @@ class LeasedRedisLimiter:
             adjust[st.budget_bucket] = adjust.get(st.budget_bucket, 0) - budget
         names = list(adjust)
         chunk = st.req_chunk
-        avg = max(1, math.ceil(st.used_tokens / st.used_requests)) if st.used_requests else 1
+        used = st.used_requests
+        avg = max(1, math.ceil(st.used_tokens / used) if used else st.avg_tokens or est_tokens)
         more = est_tokens + (chunk - 1) * avg  # tokens for `chunk` requests like this one
         need_req = 1 if need and limits.rpm else 0
         need_tok = est_tokens if need and limits.tpm else 0
@@ -450,6 +452,8 @@ class LeasedRedisLimiter:
                 continue
             # The next chunk: what the key used in the last interval (at least one).
             st.req_chunk = max(1, min(st.req_chunk, st.used_requests or 1))
+            if st.used_requests:
+                st.avg_tokens = math.ceil(st.used_tokens / st.used_requests)
             st.used_requests = st.used_tokens = 0
             async with st.sync_lock:
                 await self._sync_key(key_id, st, now, need=False)
