@@ -33,6 +33,7 @@ def _pair(prefix: str, ttl: float = 30.0) -> tuple[LeasedRedisLimiter, LeasedRed
             lease_ttl_s=ttl,
             gateway_id=name,
             background=False,
+            clock=lambda: T0,  # what `close` settles at
         )
         for name in ("gw-a", "gw-b")
     )
@@ -76,9 +77,11 @@ async def test_concurrency_is_never_exceeded_and_idle_slots_move(
         assert (await a.acquire("k", "", limits, 0, T0)).code == OK
     assert (await b.acquire("k", "", limits, 0, T0)).code == CONCURRENCY
     a.release_now("k", limits, 0, T0)
-    # `a` holds the freed slot (idle) until its sync gives it back.
+    # `a` holds the freed slot (idle) until a tick finds it unused since the tick before.
     assert (await b.acquire("k", "", limits, 0, T0)).code == CONCURRENCY
-    await a.sync_all(T0 + SYNC_S)
+    await a.sync_all(T0 + SYNC_S / 2)  # `a` was busy: it renews
+    assert (await b.acquire("k", "", limits, 0, T0 + SYNC_S / 2)).code == CONCURRENCY
+    await a.sync_all(T0 + SYNC_S)  # idle for a tick: gives back
     assert (await b.acquire("k", "", limits, 0, T0 + SYNC_S)).code == OK
     assert (await a.acquire("k", "", limits, 0, T0 + SYNC_S)).code == CONCURRENCY
 
@@ -125,7 +128,7 @@ async def test_close_gives_everything_back(
         assert (await a.acquire("k", "", limits, 0, T0)).code == OK
     a.release_now("k", limits, 0, T0)
     a.release_now("k", limits, 0, T0)
-    await a.sync_all(T0)
+    await a.close()
     # Two requests were served; the other two of the minute and all four slots are free.
     results = [(await b.acquire("k", "", limits, 0, T0)).code for _ in range(3)]
     assert results == [OK, OK, REQUESTS]

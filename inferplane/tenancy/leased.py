@@ -6,7 +6,8 @@ that Redis granted it. A request that fits its gateway's credit is decided witho
 one that does not triggers a sync for its key (one Lua script: apply the token corrections
 of finished requests, give back what is left, grant what the request needs plus a chunk
 sized by the key's recent traffic, or refuse with the limit that refused). A background
-task syncs every key with anything outstanding every `sync_s`.
+task syncs every key with anything outstanding every `sync_s` / 2 and renews the credit
+of keys in use, so a busy key costs about 2 / `sync_s` round trips a second per gateway.
 
 The bounds (docs/tenancy.md, "Several gateways"), for any number of gateways on one key:
 
@@ -111,53 +112,54 @@ end
 for i = 3, 4 do
   if num(KEYS[i]) > now + window then set_tat(KEYS[i], now + window) end
 end
--- 3. grant what is needed (refuse otherwise) plus up to the wanted chunk
+-- 3. grant what is needed (refuse otherwise) plus up to the wanted chunk; a sync that
+--    needs nothing (the background renewal) takes what there is, refusing nothing
 local slots, reqs, toks, credit = 0, 0, 0, 0
 local need_s, want_s = tonumber(ARGV[17]), tonumber(ARGV[18])
-if maxc > 0 and need_s > 0 then
+if maxc > 0 and want_s > 0 then
   local total = held
   for _, n in ipairs(redis.call('HVALS', KEYS[1])) do total = total + tonumber(n) end
   total = total - tonumber(redis.call('HGET', KEYS[1], gw) or '0')
   local free = maxc - total
-  if free < need_s then
-    return refuse('1', 1)
-  end
-  slots = math.min(want_s, free)
+  if free < need_s then return refuse('1', 1) end
+  slots = math.max(0, math.min(want_s, free))
 end
 local req_base, tok_base = now, now
-if rpm > 0 and tonumber(ARGV[13]) > 0 then
+local need_r, want_r = tonumber(ARGV[13]), tonumber(ARGV[14])
+if rpm > 0 and want_r > 0 then
   local interval = window / rpm
   req_base = math.max(num(KEYS[3]), now)
   local room = math.floor((now + window - req_base + 1e-6) / interval)
-  if room < tonumber(ARGV[13]) then
-    local retry = req_base + tonumber(ARGV[13]) * interval - now - window
-    return refuse('2', retry)
+  if room < need_r then
+    return refuse('2', req_base + need_r * interval - now - window)
   end
-  reqs = math.min(tonumber(ARGV[14]), room)
+  reqs = math.max(0, math.min(want_r, room))
 end
-if tpm > 0 and tonumber(ARGV[15]) > 0 then
-  local need = tonumber(ARGV[15])
+local need_t, want_t = tonumber(ARGV[15]), tonumber(ARGV[16])
+if tpm > 0 and want_t > 0 then
   local interval = window / tpm
-  if need > tpm then
-    return refuse('5', window)
-  end
+  if need_t > tpm then return refuse('5', window) end
   tok_base = math.max(num(KEYS[4]), now)
   local room = math.floor((now + window - tok_base + 1e-6) / interval)
-  if room < need then
-    local retry = tok_base + need * interval - now - window
-    return refuse('3', retry)
+  if room < need_t then
+    return refuse('3', tok_base + need_t * interval - now - window)
   end
-  toks = math.min(tonumber(ARGV[16]), room)
+  toks = math.max(0, math.min(want_t, room))
 end
-if budget > 0 and tonumber(ARGV[19]) > 0 then
+local need_b, want_b = tonumber(ARGV[19]), tonumber(ARGV[20])
+if budget > 0 and want_b > 0 then
   local used = num(KEYS[5])
-  if used >= budget or used + tonumber(ARGV[21]) > budget then
+  if need_b > 0 and (used >= budget or used + tonumber(ARGV[21]) > budget) then
     return refuse('4', math.max(budget_ttl, 0))
   end
   -- the estimate is charged whole (as the exact limiter); a chunk only out of what is left
-  credit = math.max(tonumber(ARGV[19]), math.min(tonumber(ARGV[20]), budget - used))
-  redis.call('INCRBY', KEYS[5], credit)
-  if budget_ttl > 0 then redis.call('EXPIRE', KEYS[5], math.ceil(budget_ttl) + 86400) end
+  credit = math.max(need_b, math.min(want_b, budget - used))
+  if credit > 0 then
+    redis.call('INCRBY', KEYS[5], credit)
+    if budget_ttl > 0 then redis.call('EXPIRE', KEYS[5], math.ceil(budget_ttl) + 86400) end
+  else
+    credit = 0
+  end
 end
 held = held + slots
 keep()
@@ -205,6 +207,13 @@ class Lease:
 
 
 _TOK = "\x00tok"  # the token-rate correction in `Lease.corrections` (never a bucket name)
+
+
+def _cap(limits: Limits) -> int:
+    """The largest chunk of requests (and slots) one gateway takes: an eighth of the key's
+    allowance, so one gateway cannot starve the others."""
+    caps = [max(1, n // 8) for n in (limits.rpm, limits.max_concurrent) if n]
+    return min(caps) if caps else 1 << 20
 
 
 class LeasedRedisLimiter:
@@ -362,9 +371,12 @@ class LeasedRedisLimiter:
         est_tokens: int = 0,
         output_tokens: int = 0,
         need: bool = True,
+        renew: bool = True,
     ) -> Outcome | None:
         """One round trip: settle `st` with Redis and, with `need`, get credit for one
-        request of `est_tokens` (plus a chunk). Returns the refusal, or None."""
+        request of `est_tokens` plus a chunk (refused if even the request does not fit);
+        without `need` but with `renew`, a chunk of whatever is left. Returns the refusal,
+        or None."""
         limits = st.limits
         name = key_id.split("\x00", 1)[0]
         p = f"{self.prefix}{{{name}}}:budget:"
@@ -392,12 +404,20 @@ class LeasedRedisLimiter:
         chunk = st.req_chunk
         used = st.used_requests
         avg = max(1, math.ceil(st.used_tokens / used) if used else st.avg_tokens or est_tokens)
-        more = est_tokens + (chunk - 1) * avg  # tokens for `chunk` requests like this one
+        want = need or renew
+        est = est_tokens if need else avg
         need_req = 1 if need and limits.rpm else 0
         need_tok = est_tokens if need and limits.tpm else 0
         need_slot = 1 if need and limits.max_concurrent else 0
         need_budget = max(est_tokens, 1) if need and limits.budget_tokens else 0
+        more = est + (chunk - 1) * avg  # tokens for `chunk` requests
         tpm, budget_tokens = limits.tpm or 0, limits.budget_tokens or 0
+        want_req = max(need_req, chunk) if want and limits.rpm else 0
+        want_tok = max(need_tok, min(more, tpm // 8)) if want and tpm else 0
+        want_slot = max(need_slot, chunk) if want and limits.max_concurrent else 0
+        want_budget = (
+            max(need_budget, min(more, budget_tokens // 8)) if want and budget_tokens else 0
+        )
         try:
             raw = await self._sync(
                 keys=[*self._keys(name), p + bucket, *(p + b for b in names)],
@@ -405,12 +425,8 @@ class LeasedRedisLimiter:
                     repr(now), self.gateway_id, repr(self.lease_ttl_s), repr(WINDOW_S),
                     limits.rpm or 0, tpm, limits.max_concurrent or 0, budget_tokens,
                     repr(left or 0.0), requests, tokens - corrections.get(_TOK, 0),
-                    st.held, need_req, max(need_req, chunk) if need_req else 0,
-                    need_tok, max(need_tok, min(more, tpm // 8)) if need_tok else 0,
-                    need_slot, max(need_slot, chunk) if need_slot else 0,
-                    need_budget,
-                    max(need_budget, min(more, budget_tokens // 8)) if need_budget else 0,
-                    output_tokens, *(adjust[b] for b in names),
+                    st.held, need_req, want_req, need_tok, want_tok, need_slot, want_slot,
+                    need_budget, want_budget, output_tokens, *(adjust[b] for b in names),
                 ],
             )  # fmt: skip
         except BaseException:
@@ -428,11 +444,8 @@ class LeasedRedisLimiter:
         st.budget, st.budget_bucket = int(raw[5]), bucket
         st.req_tat, st.tok_tat = float(raw[6]), float(raw[7])
         st.granted, st.expires = now, now + self.sync_s
-        if need:
-            # Ran out before the interval ended: the next chunk is twice as large, up to an
-            # eighth of the key's allowance (so one gateway cannot starve the others).
-            caps = [max(1, n // 8) for n in (limits.rpm, limits.max_concurrent) if n]
-            st.req_chunk = min(chunk * 2, min(caps) if caps else 1 << 20)
+        if need:  # ran out before the next tick: twice the chunk next time
+            st.req_chunk = min(chunk * 2, _cap(limits))
         return None
 
     def _outstanding(self, st: Lease) -> bool:
@@ -441,26 +454,31 @@ class LeasedRedisLimiter:
             or st.used_requests
         )  # fmt: skip
 
-    async def sync_all(self, now: float | None = None) -> None:
-        """Settle every key with anything outstanding (the background task, each `sync_s`;
-        `close`): give back credit and idle slots, pay corrections, renew the heartbeat."""
+    async def sync_all(self, now: float | None = None, renew: bool = True) -> None:
+        """Settle every key with anything outstanding (the background task, every
+        `sync_s` / 2, so credit in use is renewed before it is `sync_s` old; `close`
+        with `renew=False`): give back credit and idle slots, pay corrections, renew the
+        heartbeat and, for a key used since the last tick, take the next chunk."""
         now = self.clock() if now is None else now
         for key_id, st in list(self._leases.items()):
             if not self._outstanding(st):
                 if "\x00" in key_id or st.in_flight == 0:
                     self._leases.pop(key_id, None)
                 continue
-            # The next chunk: what the key used in the last interval (at least one).
-            st.req_chunk = max(1, min(st.req_chunk, st.used_requests or 1))
-            if st.used_requests:
-                st.avg_tokens = math.ceil(st.used_tokens / st.used_requests)
+            used = st.used_requests
+            if used:  # enough for the next tick interval, twice over
+                st.avg_tokens = math.ceil(st.used_tokens / used)
+                st.req_chunk = max(1, min(_cap(st.limits), 2 * used))
+            else:
+                st.req_chunk = 1
             st.used_requests = st.used_tokens = 0
+            fresh = renew and used > 0 and "\x00" not in key_id
             async with st.sync_lock:
-                await self._sync_key(key_id, st, now, need=False)
+                await self._sync_key(key_id, st, now, need=False, renew=fresh)
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.sync_s)
+            await asyncio.sleep(self.sync_s / 2)
             try:
                 await self.sync_all()
             except Exception as exc:  # Redis away: keep what is owed, retry next tick
@@ -479,6 +497,6 @@ class LeasedRedisLimiter:
         await cancel_and_wait(self._task)
         self._task = None
         with contextlib.suppress(Exception):
-            await self.sync_all()
+            await self.sync_all(renew=False)
         await self.client.aclose()
         await self.client.connection_pool.disconnect()
