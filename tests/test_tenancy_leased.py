@@ -86,6 +86,20 @@ async def test_concurrency_is_never_exceeded_and_idle_slots_move(
     assert (await a.acquire("k", "", limits, 0, T0 + SYNC_S)).code == CONCURRENCY
 
 
+async def test_slots_stay_counted_when_a_keys_limits_change_mid_request(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    a, b = gateways
+    before, after = Limits(max_concurrent=2), Limits(max_concurrent=2, rpm=100)
+    assert (await a.acquire("k", "", before, 0, T0)).code == OK
+    assert (await a.acquire("k", "", after, 0, T0)).code == OK  # the key was edited
+    assert (await b.acquire("k", "", after, 0, T0)).code == CONCURRENCY
+    a.release_now("k", before, 0, T0)  # the request admitted under the old limits ends
+    for t in (0.25, 0.5):  # two ticks: the old lease settles, then gives its slot back
+        await a.sync_all(T0 + t)
+    assert (await b.acquire("k", "", after, 0, T0 + 0.5)).code == OK
+
+
 async def test_a_dead_gateways_slots_free_after_its_heartbeat_expires(
     gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
 ) -> None:

@@ -182,12 +182,13 @@ class Lease:
 
     __slots__ = (
         "avg_tokens", "budget", "budget_bucket", "corrections", "expires", "granted", "held",
-        "in_flight", "limits", "req_chunk", "req_tat", "requests", "sync_lock", "tok_tat",
+        "holder", "in_flight", "limits", "req_chunk", "req_tat", "requests", "sync_lock", "tok_tat",
         "tokens", "used_requests", "used_tokens",
     )  # fmt: skip
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, holder: str) -> None:
         self.limits = limits
+        self.holder = holder  # this lease's name in Redis's slot hash and heartbeats
         self.requests = 0  # request credit
         self.tokens = 0  # token credit
         self.budget = 0  # budget credit (tokens), in `budget_bucket`
@@ -243,6 +244,7 @@ class LeasedRedisLimiter:
         self.client: Any = aioredis.Redis(connection_pool=pool)
         self._sync = self.client.register_script(_SYNC)
         self._leases: dict[str, Lease] = {}
+        self._serial = 0  # leases made: each holds its slots under its own name in Redis
         self._task: asyncio.Task[None] | None = None
         self.syncs = 0  # Redis round trips (tests, docs)
 
@@ -253,7 +255,9 @@ class LeasedRedisLimiter:
     ) -> Outcome | None:
         """Admit from this gateway's credit without I/O, or None: a sync is needed."""
         st = self._leases.get(key_id)
-        if st is None or st.limits != limits or not st.granted <= now < st.expires:
+        if st is None or not st.granted <= now < st.expires:
+            return None
+        if st.limits is not limits and st.limits != limits:
             return None
         if limits.max_concurrent and st.in_flight >= st.held:
             return None
@@ -294,7 +298,7 @@ class LeasedRedisLimiter:
             if out is not None:
                 return out
             st = self._leases.get(key_id)
-            if st is None or st.limits != limits:
+            if st is None or (st.limits is not limits and st.limits != limits):
                 st = self._leases[key_id] = self._replace(key_id, st, limits)
             lock = st.sync_lock
             if lock.locked():  # another request is syncing this key: its grant may do
@@ -315,12 +319,13 @@ class LeasedRedisLimiter:
         next background sync (kept under a private name until then)."""
         if old is not None:
             self._leases[f"{key_id}\x00old{id(old)}"] = old
-        return Lease(limits)
+        self._serial += 1
+        return Lease(limits, f"{self.gateway_id}:{self._serial}")
 
     def release_now(self, key_id: str, limits: Limits, delta_tokens: int, now: float) -> None:
         """Free the request's slot and owe Redis its token correction (next sync)."""
         st = self._leases.get(key_id)
-        if st is None or st.limits != limits:
+        if st is None or (st.limits is not limits and st.limits != limits):
             st = self._find(key_id, limits)
             if st is None:
                 return
@@ -422,7 +427,7 @@ class LeasedRedisLimiter:
             raw = await self._sync(
                 keys=[*self._keys(name), p + bucket, *(p + b for b in names)],
                 args=[
-                    repr(now), self.gateway_id, repr(self.lease_ttl_s), repr(WINDOW_S),
+                    repr(now), st.holder, repr(self.lease_ttl_s), repr(WINDOW_S),
                     limits.rpm or 0, tpm, limits.max_concurrent or 0, budget_tokens,
                     repr(left or 0.0), requests, tokens - corrections.get(_TOK, 0),
                     st.held, need_req, want_req, need_tok, want_tok, need_slot, want_slot,
