@@ -195,10 +195,11 @@ class GatewayApp:
             if path in MODEL_PATHS and scope["method"] == "POST":
                 if not self._started:
                     await self.startup()  # embedded without lifespan events
-                if self.tracing is None:
+                tracing = self.tracing
+                if tracing is None or tracing.unsampled(scope):
                     await self._proxy(scope, receive, send, path)
                 else:
-                    await self.tracing.serve(self._proxy, scope, receive, send, path)
+                    await tracing.serve(self._proxy, scope, receive, send, path)
             else:
                 await endpoints.dispatch(self, scope, receive, send)
         elif kind == "lifespan":
