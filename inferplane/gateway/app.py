@@ -195,11 +195,10 @@ class GatewayApp:
             if path in MODEL_PATHS and scope["method"] == "POST":
                 if not self._started:
                     await self.startup()  # embedded without lifespan events
-                tracing = self.tracing
-                if tracing is None or tracing.unsampled(scope):
+                if self.tracing is None:
                     await self._proxy(scope, receive, send, path)
                 else:
-                    await tracing.serve(self._proxy, scope, receive, send, path)
+                    await self.tracing.serve(self._proxy, scope, receive, send, path)
             else:
                 await endpoints.dispatch(self, scope, receive, send)
         elif kind == "lifespan":

@@ -172,21 +172,17 @@ class Tracing:
         self.client_kind = SpanKind.CLIENT
         self.error_status = lambda why: Status(StatusCode.ERROR, why)
 
-    def unsampled(self, scope: Scope) -> bool:
-        """True when the request gets no span: sample_ratio 0 and no client context, where
-        the sampler could only say no. The SDK is skipped and the engine handed a fresh
-        unsampled context, as the SDK would (a plain call, so such a request costs no
-        coroutine of its own)."""
-        if self.never_samples and header(scope, b"traceparent") is None:
-            scope["headers"].append((b"traceparent", _unsampled_traceparent()))
-            return True
-        return False
-
     async def serve(
         self, handler: Handler, scope: Scope, receive: Receive, send: Send, path: str
     ) -> None:
         """Run `handler` (the proxy) inside the request's SERVER span; the span takes the
-        response status from what is sent. The caller asks `unsampled` first."""
+        response status from what is sent."""
+        if self.never_samples and header(scope, b"traceparent") is None:
+            # sample_ratio 0 and no client context: the sampler could only say no. Skip
+            # the SDK and hand the engine a fresh unsampled context, as the SDK would.
+            scope["headers"].append((b"traceparent", _unsampled_traceparent()))
+            await handler(scope, receive, send, path, None)
+            return
         trace = RequestTrace(self, scope, path)
 
         async def traced_send(message: Message) -> None:
