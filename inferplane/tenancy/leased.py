@@ -108,9 +108,10 @@ local function refuse(code, retry)
   keep()
   return {code, string.format('%.17g', retry)}
 end
--- 2. clock stepped back: a TAT more than a window ahead is rebased (as the exact limiter)
+-- 2. clock stepped back: a TAT more than a window (and a second) ahead is rebased, as the
+--    exact limiter does; a reading a few ms old (it waited for a sync) is no step back
 for i = 3, 4 do
-  if num(KEYS[i]) > now + window then set_tat(KEYS[i], now + window) end
+  if num(KEYS[i]) > now + window + 1 then set_tat(KEYS[i], now + window) end
 end
 -- 3. grant what is needed (refuse otherwise) plus up to the wanted chunk; a sync that
 --    needs nothing (the background renewal) takes what there is, refusing nothing
