@@ -180,6 +180,23 @@ async def test_a_stale_clock_reading_frees_nothing(
     assert (await a.acquire("k", "", limits, 0, T0 + 1.0)).code == OK
 
 
+async def test_a_key_over_its_rate_costs_redis_no_call_per_refused_request(
+    gateways: tuple[LeasedRedisLimiter, LeasedRedisLimiter],
+) -> None:
+    a, _ = gateways
+    limits = Limits(rpm=6)  # one request per 10 s
+    while (await a.acquire("k", "", limits, 0, T0)).code == OK:
+        pass
+    calls = a.syncs
+    for t in (0.1, 0.2, 0.4):
+        out = await a.acquire("k", "", limits, 0, T0 + t)
+        assert out.code == REQUESTS and abs(out.retry_after_s - (10.0 - t)) < 1e-6
+    assert a.syncs == calls
+    assert (await a.acquire("k", "", limits, 0, T0 + SYNC_S)).code == REQUESTS
+    assert a.syncs == calls + 1  # held for sync_s at most: then Redis is asked again
+    assert (await a.acquire("k", "", limits, 0, T0 + 10.0)).code == OK
+
+
 # ---- the bound, against an oracle --------------------------------------------------------
 
 OPS = st.lists(

@@ -26,6 +26,10 @@ The bounds (docs/tenancy.md, "Several gateways"), for any number of gateways on 
   (admit while some is left and the output reservation fits, charge the estimate), so a
   budget is overshot no more than by the exact limiter.
 
+A key refused for its request rate is refused by its gateway without a Redis call until
+the retry time or `sync_s` (whichever is first), so a client hammering a key over its limit
+costs Redis at most 1 / `sync_s` calls a second per gateway, not one per request.
+
 A single gateway decides as the exact limiter does at one instant; across time it may admit
 up to the bound above more (a chunk charged earlier refills earlier).
 """
@@ -44,6 +48,7 @@ from typing import Any
 from inferplane.aio import cancel_and_wait
 from inferplane.tenancy.limits import (
     OK,
+    REQUESTS,
     WINDOW_S,
     Limits,
     Outcome,
@@ -178,13 +183,16 @@ return {'0', '0', tostring(reqs), tostring(toks), tostring(slots), tostring(cred
 """
 
 
+_NOT_REFUSED = (0.0, 0.0, 0.0)
+
+
 class Lease:
     """What one gateway holds for one key, and what it owes Redis."""
 
     __slots__ = (
         "avg_tokens", "budget", "budget_bucket", "corrections", "expires", "granted", "held",
-        "holder", "in_flight", "limits", "req_chunk", "req_tat", "requests", "sync_lock", "tok_tat",
-        "tokens", "used_requests", "used_tokens",
+        "holder", "in_flight", "limits", "refused", "req_chunk", "req_tat", "requests",
+        "sync_lock", "tok_tat", "tokens", "used_requests", "used_tokens",
     )  # fmt: skip
 
     def __init__(self, limits: Limits, holder: str) -> None:
@@ -206,6 +214,9 @@ class Lease:
         self.avg_tokens = 0  # tokens per request in the last interval (0: not known yet)
         self.req_chunk = 1
         self.sync_lock = asyncio.Lock()
+        # (when, until, retry at): Redis refused this key's request rate at `when`; until
+        # `until` (at most sync_s, at most the retry) requests are refused without a call.
+        self.refused = _NOT_REFUSED
 
 
 _TOK = "\x00tok"  # the token-rate correction in `Lease.corrections` (never a bucket name)
@@ -301,6 +312,9 @@ class LeasedRedisLimiter:
             st = self._leases.get(key_id)
             if st is None or (st.limits is not limits and st.limits != limits):
                 st = self._leases[key_id] = self._replace(key_id, st, limits)
+            since, until, retry_at = st.refused
+            if since <= now < until:  # Redis refused the rate just now: no call per request
+                return Outcome(REQUESTS, retry_at - now)
             lock = st.sync_lock
             if lock.locked():  # another request is syncing this key: its grant may do
                 async with lock:
@@ -444,7 +458,11 @@ class LeasedRedisLimiter:
         self.syncs += 1
         code = int(raw[0])
         if code != OK:
-            return Outcome(code, float(raw[1]))
+            retry = float(raw[1])
+            if code == REQUESTS:  # nothing fits before `retry`: refuse locally meanwhile
+                st.refused = (now, now + min(retry, self.sync_s), now + retry)
+            return Outcome(code, retry)
+        st.refused = _NOT_REFUSED
         st.requests, st.tokens = int(raw[2]), int(raw[3])
         st.held += int(raw[4])
         st.budget, st.budget_bucket = int(raw[5]), bucket
