@@ -299,3 +299,21 @@ async def _scenario(ops: list[tuple[str, int, float, int, float]], limits: Limit
         await gws[0].clear()
         for gw in gws:
             await gw.close()
+
+
+async def test_redis_down_admits_and_counts_the_error() -> None:
+    """Fail open, as the exact limiter: a sync that cannot reach Redis admits the request
+    without limits and counts it (`inferplane_limiter_errors_total`)."""
+    import hashlib
+
+    from inferplane.tenancy.keys import KeyPolicy
+    from inferplane.tenancy.service import Admission, Tenancy
+
+    down = LeasedRedisLimiter("redis://127.0.0.1:1/0", background=False)  # nothing listens
+    tenancy = Tenancy(None, down, auth="on", clock=lambda: T0)
+    policy = KeyPolicy("key-1", "team", Limits(rpm=10, max_concurrent=2))
+    tenancy.keys = {hashlib.sha256(b"sk-test").hexdigest(): policy}
+    adm = await tenancy.admit(b"Bearer sk-test", "m", 10)
+    assert isinstance(adm, Admission) and adm.key_id == "key-1" and adm.limits is None
+    assert tenancy.limiter_errors == 1
+    await down.client.aclose()
