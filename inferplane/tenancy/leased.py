@@ -207,8 +207,10 @@ class Lease:
         self.granted = 0.0  # credit is usable from `granted` until `expires` (sync_s)
         self.expires = 0.0
         self.corrections: dict[str, int] = {}  # budget bucket -> tokens owed (signed)
-        self.tok_tat = 0.0  # token corrections owed go into `corrections["tok"]`
-        self.req_tat = 0.0  # Redis's TATs at the last grant (for x-ratelimit-* headers)
+        # Redis's TATs right after the last grant: where this gateway's chunk ends (how much
+        # of it may go back, and the x-ratelimit-* reset times).
+        self.req_tat = 0.0
+        self.tok_tat = 0.0
         self.used_requests = 0  # admitted since the last background sync (chunk sizing)
         self.used_tokens = 0
         self.avg_tokens = 0  # tokens per request in the last interval (0: not known yet)
