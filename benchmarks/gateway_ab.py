@@ -9,6 +9,9 @@ a shared VM swing by ±15%. This is how each hot-path step of issue 29 was measu
     python benchmarks/gateway_ab.py --ref HEAD~1 [--tenancy] [--rounds 3] [--duration 8]
                                     [--concurrency 32] [--stream]
     python benchmarks/gateway_ab.py --ref HEAD --control   # the method's own bias (~1.00)
+    # limits in Redis (B: leased credit; INFERPLANE_REDIS_SYNC_S=0 for exact) vs memory (A):
+    python benchmarks/gateway_ab.py --ref HEAD --control --tenancy --env-b \
+        "INFERPLANE_REDIS_URL=redis://127.0.0.1:6379/0"
     # tracing with sample_ratio 0 (B) vs tracing off (A), same code:
     python benchmarks/gateway_ab.py --ref HEAD --control --env-b \
         "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9 OTEL_TRACES_SAMPLER_ARG=0"

@@ -8,6 +8,7 @@ Prints, per row: RPS, then the share of on-CPU samples per stage of the request'
 (inclusive), and the functions with the most self time. `--out DIR` keeps the raw stacks.
 
     python benchmarks/profile_gateway.py [--seconds 8] [--concurrency 32] [--rows bare,tenancy]
+    python benchmarks/profile_gateway.py --rows tenancy,redis --redis redis://127.0.0.1:6379/0
 
 Needs node, wrk and py-spy (`pip install 'inferplane[profile]'`; sampling another process
 needs root or ptrace permission). The numbers are shares of one process's samples, never
@@ -47,7 +48,8 @@ STAGES: list[tuple[str, re.Pattern[str]]] = [
     ("account: metrics", re.compile(r"prometheus_client|gateway/metrics\.py")),
     ("account: access log", re.compile(r"gateway/accesslog\.py")),
     ("account: tenancy record (limits release, ledger row)", re.compile(
-        r"^(Tenancy\.)?record \(|tenancy/ledger\.py|KeyState\.release")),
+        r"^(Tenancy\.)?record \(|tenancy/ledger\.py|KeyState\.release|release_now")),
+    ("limits: Redis (redis-py, leased sync)", re.compile(r"/redis/|_sync_key|sync_all")),
     ("account: usage, records", re.compile(
         r"_account|_tenancy_done|usage_from|gateway/account")),
     ("admit: tenancy (auth, limits)", re.compile(r"inferplane/tenancy/")),
@@ -170,7 +172,9 @@ def main() -> None:
     parser.add_argument("--harness", type=Path, default=HARNESS)
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--rows", default="bare,tenancy", help="comma list: bare, tenancy")
+    parser.add_argument("--rows", default="bare,tenancy",
+                        help="comma list: bare, tenancy, redis (tenancy, limits in --redis)")
+    parser.add_argument("--redis", default="", help="Redis URL for the redis row")
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", type=Path, default=None, help="keep raw stacks here")
@@ -213,14 +217,18 @@ def profile_row(row: str, args: argparse.Namespace, env: dict[str, str], tmp: Pa
             "--port", str(port), "--backend", f"stub-model=http://127.0.0.1:{stub_port}",
             *args.gateway_args.split()]  # fmt: skip
     key = "sk-bench"
-    if row == "tenancy":
-        db = f"sqlite:///{tmp / 'tenancy.db'}"
+    if row in ("tenancy", "redis"):
+        db = f"sqlite:///{tmp / f'{row}.db'}"
         key = asyncio.run(_create_key(db))
         argv += ["--tenancy", "--db", db]
+        if row == "redis":  # the same key's limits in Redis (leased credit unless told)
+            if not args.redis:
+                sys.exit("--rows redis needs --redis URL")
+            env = {**env, "INFERPLANE_REDIS_URL": args.redis}
     elif row == "bare":
         argv += ["--no-tenancy"]
     else:
-        sys.exit(f"--rows: unknown row {row!r}; use bare and/or tenancy")
+        sys.exit(f"--rows: unknown row {row!r}; use bare, tenancy, redis")
     gw = pinned(0, argv, tmp / f"gateway-{row}.log", env)
     try:
         wait_ready(port)

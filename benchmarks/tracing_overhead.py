@@ -77,8 +77,10 @@ async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -
 
 
 async def one_request(app: GatewayApp, body: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    # A fresh header list per request, as a server builds one: the gateway may append to it
+    # (the ratio-0 path adds a traceparent), and a shared list grew by one per request.
     scope: dict[str, Any] = {
-        "type": "http", "method": "POST", "path": "/v1/completions", "headers": headers,
+        "type": "http", "method": "POST", "path": "/v1/completions", "headers": list(headers),
     }  # fmt: skip
     sent = False
     never = asyncio.Event()

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from inferplane.store import Store
+from inferplane.tenancy.leased import LeasedRedisLimiter
 from inferplane.tenancy.limits import Limiter, MemoryLimiter, RedisLimiter
 
 POSTGRES_URL = os.environ.get("INFERPLANE_TEST_POSTGRES_URL")
@@ -51,14 +52,19 @@ async def store(db_url: str) -> AsyncIterator[Store]:
     await s.close()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "leased"])
 async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[Limiter]:
     if request.param == "memory":
         yield MemoryLimiter()
         return
     if not REDIS_URL:
         pytest.skip(NO_REDIS)
-    lim = RedisLimiter(REDIS_URL, prefix=f"iptest:{os.urandom(4).hex()}:")
+    prefix = f"iptest:{os.urandom(4).hex()}:"
+    lim: RedisLimiter | LeasedRedisLimiter
+    if request.param == "leased":  # no background sync: the tests pass time in
+        lim = LeasedRedisLimiter(REDIS_URL, prefix=prefix, background=False)
+    else:
+        lim = RedisLimiter(REDIS_URL, prefix=prefix)
     yield lim
     await lim.clear()
     await lim.close()

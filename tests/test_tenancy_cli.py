@@ -84,3 +84,28 @@ def test_fleet_ratelimit_headers_reach_the_gateway(tmp_path: Path) -> None:
     with pytest.raises(InferplaneError) as err:
         load_fleet(fleet)
     assert "ratelimit_headers" in str(err.value)
+
+
+def test_redis_limits_are_leased_unless_redis_sync_s_is_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from inferplane.spec import load_fleet
+    from inferplane.tenancy.leased import LeasedRedisLimiter
+    from inferplane.tenancy.limits import MemoryLimiter, RedisLimiter
+    from inferplane.tenancy.wiring import build_limiter, redis_sync_s
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET_WITH_GATEWAY.format(mode="on_429"))
+    spec = load_fleet(fleet)
+    monkeypatch.delenv("INFERPLANE_REDIS_SYNC_S", raising=False)
+    assert redis_sync_s(spec) == 0.5 and redis_sync_s(None) == 0.5
+    url = "redis://127.0.0.1:1/0"  # clients connect lazily: nothing is contacted here
+    assert isinstance(build_limiter(None, 0.5), MemoryLimiter)
+    leased = build_limiter(url, redis_sync_s(spec))
+    assert isinstance(leased, LeasedRedisLimiter) and leased.sync_s == 0.5
+    monkeypatch.setenv("INFERPLANE_REDIS_SYNC_S", "0")
+    assert isinstance(build_limiter(url, redis_sync_s(spec)), RedisLimiter)
+    monkeypatch.setenv("INFERPLANE_REDIS_SYNC_S", "soon")
+    with pytest.raises(InferplaneError) as err:
+        redis_sync_s(spec)
+    assert "INFERPLANE_REDIS_SYNC_S" in str(err.value)

@@ -5,18 +5,20 @@ engine's token counts, DB routes applied live, and the admin API."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from tenancy_fixtures import NO_POSTGRES, POSTGRES_URL, reset_postgres
+from tenancy_fixtures import NO_POSTGRES, NO_REDIS, POSTGRES_URL, REDIS_URL, reset_postgres
 from test_gateway_fakes import FakeEngine, Harness, http
 
 from inferplane.gateway import GatewayConfig, ModelRoute, WeightedRoute, WeightedTarget
 from inferplane.gateway.app import build_app
 from inferplane.store import Store
 from inferplane.tenancy.keys import create_key, revoke_key, rotate_key
+from inferplane.tenancy.leased import LeasedRedisLimiter
 from inferplane.tenancy.ledger import usage_report
 from inferplane.tenancy.routes import set_route
 from inferplane.tenancy.service import Tenancy
@@ -42,12 +44,20 @@ class Env:
         return http.post(self.url + "/v1/chat/completions", json=body, headers=headers)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "sqlite+leased-redis"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     if request.param == "postgres" and not POSTGRES_URL:
         pytest.skip(NO_POSTGRES)
+    if request.param.endswith("redis") and not REDIS_URL:
+        pytest.skip(NO_REDIS)
     h = Harness()
     url = POSTGRES_URL if request.param == "postgres" else f"sqlite:///{tmp_path / 'db.sqlite'}"
+    # Limits in Redis with leased credit (the default with a redis_url): the same tests.
+    limiter = (
+        LeasedRedisLimiter(REDIS_URL, prefix=f"iptest:{os.urandom(4).hex()}:")
+        if request.param.endswith("redis") and REDIS_URL
+        else None
+    )
     assert url is not None
     if request.param == "postgres":
         h.run(reset_postgres(url))
@@ -61,7 +71,8 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
         routes=(WeightedRoute("llama", (WeightedTarget("llama-v1", 1),)),),
         access_log=False,
     )
-    tenancy = Tenancy(store, auth="auto", refresh_s=0.05, ledger_flush_s=0.05, admin_token=ADMIN)
+    tenancy = Tenancy(store, limiter, auth="auto", refresh_s=0.05, ledger_flush_s=0.05,
+                      admin_token=ADMIN)  # fmt: skip
     app = build_app(config, tenancy)
 
     gw = h.serve(app)

@@ -9,6 +9,7 @@ import itertools
 import pytest
 from tenancy_fixtures import limiter  # noqa: F401
 
+from inferplane.tenancy.leased import LeasedRedisLimiter
 from inferplane.tenancy.limits import (
     BUDGET,
     CONCURRENCY,
@@ -79,6 +80,8 @@ async def test_concurrency_and_release(limiter: Limiter) -> None:  # noqa: F811
 async def test_leases_of_a_dead_replica_expire(limiter: Limiter) -> None:  # noqa: F811
     if isinstance(limiter, MemoryLimiter):
         pytest.skip("in memory, slots die with their gateway: no leases to expire")
+    if isinstance(limiter, LeasedRedisLimiter):
+        pytest.skip("one lease per gateway: tests/test_tenancy_leased.py kills a gateway")
     limits = Limits(max_concurrent=1)
     assert (await limiter.acquire("k", "a", limits, 0, T0)).code == OK
     assert (await limiter.acquire("k", "b", limits, 0, T0 + 10)).code == CONCURRENCY
@@ -161,6 +164,19 @@ async def test_a_wall_clock_step_back_costs_at_most_one_window(limiter: Limiter)
     refused = await limiter.acquire("k", lease(), limits, 400, back)
     assert not refused.allowed and refused.retry_after_s <= 60.0
     assert (await limiter.acquire("k", lease(), limits, 400, back + 61.0)).allowed
+
+
+async def test_a_slightly_stale_reading_is_no_clock_step_back(limiter: Limiter) -> None:  # noqa: F811
+    """Replicas' calls reach Redis a few ms out of order: the older reading must not rebase
+    the TAT (that admitted the difference again)."""
+    if isinstance(limiter, MemoryLimiter):
+        pytest.skip("in memory every reading comes from one clock with no await before it")
+    limits = Limits(rpm=60)
+    while (await limiter.acquire("k", lease(), limits, 0, T0)).allowed:
+        pass
+    assert not (await limiter.acquire("k", lease(), limits, 0, T0 - 0.5)).allowed
+    assert not (await limiter.acquire("k", lease(), limits, 0, T0 + 0.6)).allowed
+    assert (await limiter.acquire("k", lease(), limits, 0, T0 + 1.0)).allowed
 
 
 async def test_a_request_whose_output_does_not_fit_the_budget_is_refused(

@@ -81,6 +81,10 @@ class GatewaySpec(SpecModel):
     auth: Literal["auto", "on", "off"] = "auto"
     database_url: StrictStr | None = None  # default: sqlite in the state directory
     redis_url: StrictStr | None = None  # share limits across gateway replicas
+    # With redis_url: each gateway decides from credit leased from Redis and settles every
+    # redis_sync_s (bounded slack, docs/tenancy.md "Several gateways"); 0: one Redis round
+    # trip per request, exact.
+    redis_sync_s: float = Field(default=0.5, ge=0, le=10, strict=True)
     admin_token_env: StrictStr = "INFERPLANE_ADMIN_TOKEN"  # env var holding the admin token
     # Env var holding a token that GET /metrics then requires (unset: /metrics is open, as
     # scrapers on the cluster network expect; /v1/models needs an API key when auth is on).

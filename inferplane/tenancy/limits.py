@@ -8,7 +8,9 @@ usage afterwards (`release(..., delta_tokens=actual - estimate)`).
 A theoretical arrival time is never more than one window ahead of `now` in normal
 operation, so one further ahead means the wall clock stepped back (NTP, a VM restored): it
 is clamped to one window, and a -1 h step costs a key at most one window of its rate, not
-the hour (issue 30 item 12; budgets follow the calendar and keep the wall clock).
+the hour (issue 30 item 12; budgets follow the calendar and keep the wall clock). In Redis
+only a TAT more than a window and a second ahead counts as a step back: calls from several
+replicas (and a leased sync that waited for another) arrive a few ms out of order.
 
 Two backends run the same algorithm: `MemoryLimiter` for one gateway and `RedisLimiter`
 (one Lua script, atomic on the server) when several gateway replicas share limits. Both take
@@ -264,10 +266,12 @@ if maxc > 0 then
 end
 local req_new = 0
 local tok_new = 0
--- a rate's TAT more than a window ahead: the wall clock stepped back; rebase on the new one
+-- a rate's TAT more than a window (and a second) ahead: the wall clock stepped back; rebase
+-- on the new one. Not for a reading a few ms old: replicas' calls arrive out of order, and
+-- rebasing on the older one handed out the difference again.
 for i = 2, 3 do
   local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if tat > now + window then
+  if tat > now + window + 1 then
     redis.call('SET', KEYS[i], string.format('%.17g', now + window), 'PX',
       math.ceil(window * 1000) + 1000)
   end

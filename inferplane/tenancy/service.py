@@ -39,6 +39,7 @@ from inferplane.gateway.refusals import key_message
 from inferplane.gateway.state import GatewayState, WeightedChooser
 from inferplane.store import Store
 from inferplane.tenancy.keys import KeyPolicy, active_policies, key_count
+from inferplane.tenancy.leased import LeasedRedisLimiter
 from inferplane.tenancy.ledger import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
@@ -217,6 +218,8 @@ class Tenancy:
         # Limits in this process's memory: `admit_now` decides without awaiting.
         self._memory_limiter = self.limiter if isinstance(self.limiter, MemoryLimiter) else None
         self.sync_limits = self._memory_limiter is not None
+        # Redis with leased credit: admission and release mostly without I/O.
+        self._leased = self.limiter if isinstance(self.limiter, LeasedRedisLimiter) else None
         # Valid Authorization header -> resolved key, for the current `keys` dict only.
         self._callers: dict[bytes | None, _Caller] = {}
         self._callers_for: dict[str, KeyPolicy] | None = None
@@ -435,6 +438,16 @@ class Tenancy:
         limits = caller.limits
         if limits is None:
             return caller.admission
+        leased = self._leased
+        out = (
+            leased.try_acquire(key_id, limits, est_tokens, now, output_tokens)
+            if leased is not None
+            else None
+        )
+        if out is not None:  # from this gateway's leased credit, no round trip
+            if self.headers_on_success:
+                return Admission(key_id, limits, caller.batch, "", self._headers(caller, out))
+            return Admission(key_id, limits, caller.batch)
         self._lease_seq += 1
         lease = self._lease_prefix + str(self._lease_seq)  # unique across gateway replicas
         try:
@@ -547,6 +560,8 @@ class Tenancy:
             state = adm.state
             if state is not None:  # in memory
                 state.release(limits, delta, row[TS])
+            elif self._leased is not None:  # settled at the next sync
+                self._leased.release_now(adm.key_id or "", limits, delta, row[TS])
             else:
                 task = asyncio.get_running_loop().create_task(
                     self._release(adm, limits, delta, row[TS])

@@ -7,7 +7,9 @@ limits, admin token and seeded routes the same way (docs/tenancy.md):
   `gateway.database_url`, then `default_db` (SQLite in the state directory); `--db @PATH`
   and `$INFERPLANE_DATABASE_URL_FILE` read the URL from a file, so a password stays out of
   `ps` and shell history;
-- limiter: Redis when `$INFERPLANE_REDIS_URL` or `gateway.redis_url` is set, else memory;
+- limiter: Redis when `$INFERPLANE_REDIS_URL` or `gateway.redis_url` is set (credit leased
+  per `gateway.redis_sync_s`, or `$INFERPLANE_REDIS_SYNC_S`; 0: exact, a round trip per
+  request), else memory;
 - auth: the fleet's `gateway.auth` (`auto` without a fleet);
 - admin token: the environment variable named by `gateway.admin_token_env`.
 """
@@ -19,13 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferplane.store import DEFAULT_DATABASE_URL, Store, database_url
-from inferplane.tenancy.limits import Limits, MemoryLimiter, RedisLimiter
+from inferplane.tenancy.leased import LeasedRedisLimiter
+from inferplane.tenancy.limits import Limiter, Limits, MemoryLimiter, RedisLimiter
 from inferplane.tenancy.service import RateLimitHeaders, Tenancy
 
 if TYPE_CHECKING:
     from inferplane.spec import FleetSpec
 
 REDIS_URL_ENV = "INFERPLANE_REDIS_URL"
+REDIS_SYNC_ENV = "INFERPLANE_REDIS_SYNC_S"
 DATABASE_URL_FILE_ENV = "INFERPLANE_DATABASE_URL_FILE"
 DEFAULT_ADMIN_TOKEN_ENV = "INFERPLANE_ADMIN_TOKEN"
 USAGE_SPILL_FILE = "usage-spill.jsonl"  # ledger rows kept through a database outage at stop
@@ -66,6 +70,32 @@ def read_secret_file(path: str, field: str) -> str:
     return value.splitlines()[0].strip()
 
 
+def build_limiter(redis_url: str | None, sync_s: float) -> Limiter:
+    """Memory without Redis; with it, leased credit settled every `sync_s` (0: exact)."""
+    if not redis_url:
+        return MemoryLimiter()
+    if sync_s > 0:
+        return LeasedRedisLimiter(redis_url, sync_s=sync_s)
+    return RedisLimiter(redis_url)
+
+
+def redis_sync_s(spec: FleetSpec | None) -> float:
+    """`$INFERPLANE_REDIS_SYNC_S`, else the fleet's `gateway.redis_sync_s`."""
+    from inferplane.errors import InferplaneError
+
+    raw = os.environ.get(REDIS_SYNC_ENV)
+    if raw is None:
+        return spec.gateway.redis_sync_s if spec is not None else 0.5
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 10:
+        raise InferplaneError("not a number of seconds from 0 to 10", field=REDIS_SYNC_ENV,
+                              value=raw, fix="e.g. 0.5 (leased credit) or 0 (exact)")  # fmt: skip
+    return value
+
+
 def build_tenancy(
     spec: FleetSpec | None,
     db: str | None = None,
@@ -83,7 +113,7 @@ def build_tenancy(
     redis_url = os.environ.get(REDIS_URL_ENV) or (gw.redis_url if gw else None)
     return Tenancy(
         Store(tenancy_database_url(spec, db, default_db)),
-        RedisLimiter(redis_url) if redis_url else MemoryLimiter(),
+        build_limiter(redis_url, redis_sync_s(spec)),
         auth=gw.auth if gw else "auto",
         default_limits=Limits(per_key.rpm, per_key.tpm, per_key.max_concurrent)
         if per_key is not None
