@@ -337,8 +337,9 @@ class GatewayApp:
         rec.task = task
         guarded = scope.get(CONNECTION)
         watcher: asyncio.Task[None] | None = None
+        on_lost = rec.client_gone
         if guarded is not None:
-            guarded.on_lost = rec.client_gone
+            guarded.on_lost = on_lost
         else:
             watcher = loop.create_task(_watch_disconnect(receive, rec))
         try:
@@ -376,7 +377,10 @@ class GatewayApp:
             # account
             rec.finished = True
             if guarded is not None:
-                guarded.on_lost = None
+                # only our own: a keep-alive connection's next request may have set its
+                # callback while this one awaited after its answer was sent
+                if guarded.on_lost is on_lost:
+                    guarded.on_lost = None
             elif watcher is not None and not watcher.done():
                 watcher.cancel()
             if rec.backend is not None:
