@@ -20,6 +20,9 @@ from inferplane.gateway.stream_errors import InbandError
 from inferplane.gateway.upstream import Connection, UpstreamBodyError
 
 _RESPONSES_TOKEN_EVENT = b"event: response.output_text.delta\n"
+# uvloop's clock ticks in milliseconds: a first byte inside the tick the request was sent in
+# still came (a TTFT of 0 means none did: no histogram sample, no first-token span).
+_WITHIN_ONE_TICK_S = 1e-6
 _DONE = b"[DONE]\n\n"
 
 
@@ -44,7 +47,7 @@ async def relay_json(
     except BaseException:
         conn.close()  # cancelled or timed out: drop the upstream connection
         raise
-    rec.ttft = asyncio.get_running_loop().time() - t_sent
+    rec.ttft = max(asyncio.get_running_loop().time() - t_sent, _WITHIN_ONE_TICK_S)
     conn.release()
     if status < 500:
         health.succeeded(backend)
@@ -84,7 +87,7 @@ async def relay_stream(
     inband = InbandError()  # the engine's own error event (vLLM: its engine core died)
     try:
         chunk = await conn.read_chunk()
-        rec.ttft = loop.time() - t_sent
+        rec.ttft = max(loop.time() - t_sent, _WITHIN_ONE_TICK_S)
         stripper = rec.stripper
         # Chat streams open with a role-only event that carries no token.
         rec.events = -1 if path == "/v1/chat/completions" and b'"role"' in chunk else 0

@@ -70,7 +70,7 @@ FIELDS: dict[str, Coverage] = {
     "gateway.connections.max_header_bytes": "gateway",
     "gateway.connections.max_connections": "gateway", "gateway.connections.fd_reserve": "gateway",
     "gateway.auth": "gateway", "gateway.database_url": "warn", "gateway.redis_url": "warn",
-    "gateway.redis_sync_s": "gateway",
+    "gateway.redis_sync_s": "gateway", "gateway.server": "gateway",
     "gateway.admin_token_env": "gateway", "gateway.metrics_token_env": "warn",
     "gateway.ratelimit_headers": "gateway", "gateway.priority_header": "gateway",
     "gateway.access_log_path": "warn", "gateway.console": "warn",
