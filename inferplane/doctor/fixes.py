@@ -176,9 +176,13 @@ def _longest_fit(ctx: FixContext, upper: int, step: int = 16) -> int | None:
 
 def free_memory(ctx: FixContext, got: Values) -> Values:
     """P01/P19: the utilization the free memory allows, and what fits in it."""
+    if "free_gib" not in got or "total_gib" not in got:
+        # a report in words names no figures: say so, and the fix without numbers is shown
+        return {"held_text": "Part of the card (the report gives no figures) is"}
     free = float(got["free_gib"])
     total = float(got["total_gib"])
-    out: Values = {"held_gib": _fmt(total - free)}
+    out: Values = {"held_gib": _fmt(total - free),
+                   "held_text": f"{_fmt(total - free)} GiB of the {got['total_gib']} GiB are"}
     best = math.floor((free - CONTEXT_GIB) / total * 100) / 100 if total > 0 else 0.0
     if best <= 0:
         out["max_utilization"] = "0.00"
