@@ -166,8 +166,8 @@ def test_no_placeholder_in_random_excerpts(data: st.DataObject) -> None:
         version = data.draw(st.sampled_from(["0.6.4", "0.9.2", "0.11.0", "0.32.0"]))
         lines.insert(0, f"INFO vLLM API server version {version}")
     result = diagnose_text("\n".join(lines), source="excerpt")
-    for text in _said(result):
-        assert not PLACEHOLDER.search(text), text
+    for said in _said(result):
+        assert not PLACEHOLDER.search(said), said
 
 
 def test_a_traceback_cut_before_its_message_is_classed_by_its_failing_frame() -> None:
