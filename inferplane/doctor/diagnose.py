@@ -129,6 +129,9 @@ def _match(sig: Signature, lines: list[LogLine], version: str | None) -> Finding
             if m is None and i + 1 < len(lines) and lines[i + 1].text:
                 # messages wrapped over two lines (terminals, copied reports)
                 m = pattern.regex.search(f"{line.text} {lines[i + 1].text}")
+                if m is None:
+                    # wrapped mid-word at the terminal's width ("KV cach" / "e is needed")
+                    m = pattern.regex.search(f"{line.text}{lines[i + 1].text}")
                 if m is not None and m.start() >= len(line.text):
                     m = None  # the next line matches by itself
             if m is None:
