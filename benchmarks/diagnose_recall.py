@@ -12,7 +12,7 @@ confirmed from its source. Per fixture the outcome is one of:
 
 "Recognized with the right class" counts the first three. `generic alone` runs the generic
 layer on every log as if no signature existed: how well an unseen wording of a known class
-would still be classified. The split is explicit in the fixtures: `split: heldout-15` marks
+would still be classified. The split is explicit in the fixtures: `split: heldout-N` marks
 the logs harvested (with their sources, and their class read from the source) after the last
 change to any signature or generic rule and recorded before `diagnose` first ran on them;
 they were never used to write or widen a pattern. Everything else is `train`. Earlier
@@ -44,7 +44,7 @@ from inferplane.doctor.logtext import read_lines
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "diagnose"
 OUTCOMES = ("fully explained", "recognized", "generic-only", "wrong", "missed")
-SPLITS = ("train", "heldout-15")
+SPLITS = ("train", "heldout-15", "heldout-16")
 # rows of train shown on their own: where a log came from, not a separate split
 GROUPS = {
     "train: was heldout": lambda r: r["held_out_in"] == "heldout",
