@@ -131,6 +131,8 @@ def _said(result: Any) -> list[str]:
     texts += list(doc["notes"])
     if doc["generic"]:
         texts += [doc["generic"]["cause"], doc["generic"]["next_step"]]
+    if doc["similar"]:
+        texts += [doc["similar"]["cause"], doc["similar"]["next_step"]]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         print_diagnosis(result)
