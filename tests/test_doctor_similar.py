@@ -99,7 +99,7 @@ def test_a_prose_report_no_rule_classes_is_named_by_resemblance() -> None:
     assert doc["nearest"][0]["fixture"].startswith("nccl-p2p-hang.")
     assert "resemble known reports of nccl-p2p-hang" in doc["cause"]
     assert doc["nearest"][0]["source"] in doc["cause"]
-    assert doc["next_step"].startswith("Confirm it is this failure first")
+    assert doc["next_step"].startswith("First check that it is this failure")
 
 
 def test_an_exact_signature_or_a_generic_class_comes_first() -> None:

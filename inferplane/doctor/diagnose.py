@@ -232,8 +232,8 @@ def explain_resemblance(found: Resemblance, ctx: FixContext,
     cause = (f"No line of this log matches a signature or a generic rule, but its words "
              f"resemble known reports of {sig.id} ({sig.title}; nearest: {nearest}). If it is "
              f"that failure: {probe.cause}")
-    step = ("Confirm it is this failure first (a resemblance in wording, not an exact "
-            f"match: look for the error the cause describes), then: {probe.fix}")
+    step = ("First check that it is this failure (a resemblance in wording, not an exact "
+            f"match: look for what the cause describes); then: {probe.fix}")
     return SimilarFinding(sig.id, sig.title, found.score, found.margin, found.neighbours,
                           cause, step, list(probe.missing))
 
