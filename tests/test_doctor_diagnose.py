@@ -106,7 +106,7 @@ def test_json_schema_is_stable() -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert list(doc) == ["schema", "source", "context", "computed_for", "findings", "unknown",
-                         "notes", "generic"]  # keys are only ever added, at the end
+                         "notes", "generic", "similar"]  # keys are only ever added, at the end
     assert doc["schema"] == "inferplane.diagnose/v1"
     finding = doc["findings"][0]
     assert list(finding) == ["id", "title", "kind", "pitfall", "pitfalls", "evidence",

@@ -104,7 +104,16 @@ def print_diagnosis(result: Diagnosis) -> None:
                 out.print(f"  [dim]line {line.number}:[/] {escape(line.text)}")
             out.print(f"  [bold]cause:[/] {escape(g.cause)}")
             out.print(f"  [bold green]next step:[/] {escape(g.next_step)}")
-        else:
+        sim = result.similar
+        if sim is not None:
+            out.print(f"\n[bold yellow]resembles known reports of[/] [bold]{escape(sim.cls)}[/] "
+                      f"(similarity {sim.score:.2f}; by its words, not an exact signature)")
+            for fixture, source, score in sim.neighbours:
+                out.print(f"  [dim]like {escape(source)} ({escape(fixture)}, "
+                          f"{score:.2f})[/]")
+            out.print(f"  [bold]cause:[/] {escape(sim.cause)}")
+            out.print(f"  [bold green]next step:[/] {escape(sim.next_step)}")
+        if g is None and sim is None:
             out.print("  (nothing is guessed; add a signature in "
                       "inferplane/doctor/signatures.yaml)")
     count = len(result.findings)

@@ -4,7 +4,9 @@ Pure over its inputs: `diagnose(text, fix_context)` matches the knowledge base
 (`inferplane.doctor.kb`) line by line and returns a `Diagnosis` with one `Finding` per
 signature found, in log order. A log that no signature explains gets an `UnknownReport`
 (first error line, exception chain) and, from the generic layer (`inferplane.doctor.generic`),
-a class by the kind of error - marked generic, never dressed as an exact finding.
+a class by the kind of error - marked generic, never dressed as an exact finding. When the
+generic layer names no class either, the similarity layer (`inferplane.doctor.similar`) may
+name the class whose known reports the log reads like - marked as a resemblance.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from inferplane.doctor.logtext import (
     read_lines,
     unknown_report,
 )
+from inferplane.doctor.similar import Resemblance, SimilarFinding, resemble
 
 SCHEMA = "inferplane.diagnose/v1"
 MAX_EVIDENCE = 5
@@ -68,6 +71,7 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
     unknown: UnknownReport | None = None
     generic: GenericFinding | None = None  # only when no signature matched
+    similar: SimilarFinding | None = None  # only when neither a signature nor a rule classed it
     model_profile: str | None = None  # what the numbers were computed for
     gpu: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -83,6 +87,7 @@ class Diagnosis:
             "unknown": self.unknown.to_json() if self.unknown else None,
             "notes": list(self.notes),
             "generic": self.generic.to_json() if self.generic else None,
+            "similar": self.similar.to_json() if self.similar else None,
         }
 
 
@@ -129,6 +134,9 @@ def _match(sig: Signature, lines: list[LogLine], version: str | None) -> Finding
             if m is None and i + 1 < len(lines) and lines[i + 1].text:
                 # messages wrapped over two lines (terminals, copied reports)
                 m = pattern.regex.search(f"{line.text} {lines[i + 1].text}")
+                if m is None:
+                    # wrapped mid-word at the terminal's width ("KV cach" / "e is needed")
+                    m = pattern.regex.search(f"{line.text}{lines[i + 1].text}")
                 if m is not None and m.start() >= len(line.text):
                     m = None  # the next line matches by itself
             if m is None:
@@ -200,7 +208,34 @@ def diagnose(text: str, ctx: FixContext | None = None, *, source: str = "-",
     if not result.findings:
         result.unknown = unknown_report(lines)
         result.generic = classify(lines)
+        if result.generic is None or result.generic.rule.class_of is None:
+            result.similar = similar_finding(lines, fix_ctx, kb)
     return result
+
+
+def similar_finding(lines: list[LogLine], ctx: FixContext,
+                    kb: tuple[Signature, ...] | None = None) -> SimilarFinding | None:
+    """The similarity layer's class, with that class's cause and fix as its signature words
+    them when the log gives no numbers (never a number taken from another report)."""
+    found = resemble(lines)
+    return None if found is None else explain_resemblance(found, ctx, kb)
+
+
+def explain_resemblance(found: Resemblance, ctx: FixContext,
+                        kb: tuple[Signature, ...] | None = None) -> SimilarFinding | None:
+    sig = next((s for s in (kb if kb is not None else load_kb()) if s.id == found.cls), None)
+    if sig is None:
+        return None
+    probe = Finding(sig, [], 0, {}, "", "", False)
+    _complete(probe, ctx)
+    nearest = ", ".join(source for _, source, _ in found.neighbours) or "none shown"
+    cause = (f"No line of this log matches a signature or a generic rule, but its words "
+             f"resemble known reports of {sig.id} ({sig.title}; nearest: {nearest}). If it is "
+             f"that failure: {probe.cause}")
+    step = ("First check that it is this failure (a resemblance in wording, not an exact "
+            f"match: look for what the cause describes); then: {probe.fix}")
+    return SimilarFinding(sig.id, sig.title, found.score, found.margin, found.neighbours,
+                          cause, step, list(probe.missing))
 
 
 # --- resolving the model and GPU the numbers are computed for -------------------------

@@ -122,6 +122,12 @@ def kv_fit(ctx: FixContext, got: Values) -> Values:
             out["log_fit_basis"] = "the log's KV budget scaled to length, an estimate"
     if log_fit:
         out["log_fit"] = log_fit
+    # a report in words names neither length: say so rather than leave a number missing
+    out["log_fit_text"] = (f"{log_fit} or lower ({out['log_fit_basis']})" if log_fit else
+                           "explicitly, below the model's default (the log names no length "
+                           "that fits)")
+    out["max_model_len_text"] = (f"{got['max_model_len']} tokens" if got.get("max_model_len")
+                                 else "the model's default (the log does not say how long)")
     auto = ctx.estimate(max_model_len=-1)
     if auto is not None and ctx.profile is not None:
         from inferplane.planner.sizing import safe_band
@@ -176,9 +182,13 @@ def _longest_fit(ctx: FixContext, upper: int, step: int = 16) -> int | None:
 
 def free_memory(ctx: FixContext, got: Values) -> Values:
     """P01/P19: the utilization the free memory allows, and what fits in it."""
+    if "free_gib" not in got or "total_gib" not in got:
+        # a report in words names no figures: say so, and the fix without numbers is shown
+        return {"held_text": "Part of the card (the report gives no figures) is"}
     free = float(got["free_gib"])
     total = float(got["total_gib"])
-    out: Values = {"held_gib": _fmt(total - free)}
+    out: Values = {"held_gib": _fmt(total - free),
+                   "held_text": f"{_fmt(total - free)} GiB of the {got['total_gib']} GiB are"}
     best = math.floor((free - CONTEXT_GIB) / total * 100) / 100 if total > 0 else 0.0
     if best <= 0:
         out["max_utilization"] = "0.00"
@@ -480,10 +490,14 @@ def library_text(ctx: FixContext, got: Values) -> Values:
 
 
 def derived_len(ctx: FixContext, got: Values) -> Values:
+    out: Values = {
+        "derived_text": got.get("derived") or "the log does not print the derived length",
+        "max_model_len_text": got.get("max_model_len") or "(the log does not say which length)",
+    }
     numbers = [int(n) for n in re.findall(r"=([0-9]+)", got.get("derived", ""))]
     if numbers:
-        return {"derived_len": str(min(numbers))}
-    return {"derived_len": "the length config.json gives (max_position_embeddings)"}
+        return out | {"derived_len": str(min(numbers))}
+    return out | {"derived_len": "the length config.json gives (max_position_embeddings)"}
 
 
 def arch_text(ctx: FixContext, got: Values) -> Values:
