@@ -177,6 +177,11 @@ class StepShape:
     context_tokens: int  # KV tokens attention reads, summed over scheduled sequences
     attention_pairs: int  # sum over scheduled query tokens of their context length
     num_seqs: int  # sequences scheduled this step
+    # The same two sums with every sequence's context capped at the model's sliding
+    # window (the scheduler fills them for a model with sliding-window layers); None:
+    # not computed, those layers are costed like full attention.
+    windowed_context_tokens: int | None = None
+    windowed_attention_pairs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,10 @@ class ModelCost:
     quantized_dense: bool = False  # projections are in weight_format (else bf16)
     quantized_experts: bool = False  # routed experts are in weight_format
     mla: bool = False  # multi-head latent attention (profile.uses_mla)
+    # Sliding-window attention layers (gpt-oss, Gemma 2/3) read the KV of their last
+    # `sliding_window` tokens only: the fraction of KV-carrying layers that are windowed.
+    sliding_window: int | None = None
+    sliding_fraction: float = 0.0
 
 
 def model_cost(
@@ -219,6 +228,9 @@ def model_cost(
     lm_head = profile.params.lm_head or profile.params.embedding
     matmul_params = profile.active_params - profile.params.embedding + lm_head
     heads_dim = profile.num_attention_heads * profile.head_dim
+    kv_layers = [k for k in profile.layer_attention if k != "none"]
+    sliding = sum(1 for k in kv_layers if k == "sliding")
+    windowed = bool(sliding and profile.sliding_window)
     return ModelCost(
         weight_bytes=weight_bytes_per_gpu,
         kv_bytes_per_token=kv_bytes_per_token_per_gpu,
@@ -234,6 +246,8 @@ def model_cost(
         quantized_dense=quantized_dense,
         quantized_experts=quantized_experts,
         mla=profile.uses_mla,
+        sliding_window=profile.sliding_window if windowed else None,
+        sliding_fraction=sliding / len(kv_layers) if windowed else 0.0,
     )
 
 
@@ -261,8 +275,9 @@ class StepTimeModel:
             return self._fixed_step_s(shape) * self.slowdown
         bandwidth = self.gpu.memory_bandwidth_gbps * 1e9 * cal.bandwidth_efficiency
         tokens = shape.prefill_tokens + shape.decode_seqs
+        context, pairs = self._attended(shape)
         memory_s = (self.weight_read_s(tokens, bandwidth)
-                    + self.cost.kv_bytes_per_token * shape.context_tokens / bandwidth)
+                    + self.cost.kv_bytes_per_token * context / bandwidth)
 
         peak_tflops = self.gpu.bf16_tflops
         if self.use_fp8_compute and self.gpu.fp8_tflops is not None:
@@ -274,7 +289,7 @@ class StepTimeModel:
             flops_per_s *= cal.mla_compute_efficiency
         flops = (
             self.cost.linear_flops_per_token * tokens
-            + self.cost.attention_flops_per_pair * shape.attention_pairs
+            + self.cost.attention_flops_per_pair * pairs
         )
         compute_s = flops / flops_per_s
 
@@ -302,6 +317,16 @@ class StepTimeModel:
         expert_bw = bandwidth * (cal.moe_format_factor(c.weight_format) if c.quantized_experts
                                  else cal.moe_kernel_efficiency)
         return dense / dense_bw + experts / expert_bw
+
+    def _attended(self, shape: StepShape) -> tuple[float, float]:
+        """(context tokens, query x context pairs) averaged over the layers: windowed
+        layers count each sequence's context up to the window only."""
+        f = self.cost.sliding_fraction
+        if not f or shape.windowed_context_tokens is None:
+            return shape.context_tokens, shape.attention_pairs
+        pairs = shape.windowed_attention_pairs
+        return ((1 - f) * shape.context_tokens + f * shape.windowed_context_tokens,
+                (1 - f) * shape.attention_pairs + f * (pairs or 0))
 
     def _fixed_step_s(self, shape: StepShape) -> float:
         cal = self.calibration
