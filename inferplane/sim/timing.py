@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferplane.gpus.spec import GpuSpec
+from inferplane.models.arch import SPARSE_MLA_FAMILIES
 from inferplane.models.profile import ModelProfile
 from inferplane.sim.formats import generation
 from inferplane.sim.moe_read import weight_bytes_read
@@ -53,6 +54,11 @@ class Calibration:
     # prefills MLA without weight absorption, up-projecting the cached latent of every
     # earlier chunk again per chunk, so its prefill runs below a GQA model's.
     mla_compute_efficiency: float = 1.0
+    # MLA with DeepSeek Sparse Attention (V3.2): the same for its path (the indexer over
+    # the whole context, sparse MLA kernels); it replaces mla_compute_efficiency there.
+    # Fitted apart from dense MLA (its path is not R1's); while the fit split's MLA runs
+    # are all V3.2's, dense MLA borrows this value (published_fidelity.fit_moe).
+    dsa_compute_efficiency: float = 1.0
     # Quantized weight formats (formats.weight_format): fraction of bf16's achieved
     # bandwidth their kernels reach on this GPU (dense and expert weights in that format:
     # it replaces moe_kernel_efficiency for quantized experts); a format not listed runs
@@ -116,22 +122,23 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
         bandwidth_efficiency=0.864, compute_efficiency=0.487, step_overhead_s=0.001,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.248,
-        moe_compute_efficiency=0.588, mla_compute_efficiency=0.239,
-        format_efficiency=(("fp8", 0.325),), moe_format_efficiency=(("fp8", 0.21), ("mxfp4", 0.53)),
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.2467,
+        moe_compute_efficiency=0.586, mla_compute_efficiency=0.238,
+        dsa_compute_efficiency=0.238, format_efficiency=(("fp8", 0.325),),
+        moe_format_efficiency=(("fp8", 0.21), ("mxfp4", 0.556)),
     ),
     "ampere": Calibration(
         bandwidth_efficiency=0.715, compute_efficiency=0.503, step_overhead_s=0.0005,
-        per_seq_overhead_s=2.4e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.433,
-        moe_compute_efficiency=0.529, format_efficiency=(("fp8", 0.201),),
-        moe_format_efficiency=(("fp8", 0.25), ("mxfp4", 0.83)),
+        per_seq_overhead_s=2.4e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.442,
+        moe_compute_efficiency=0.456, format_efficiency=(("fp8", 0.201),),
+        moe_format_efficiency=(("fp8", 0.257), ("mxfp4", 0.935)),
     ),
     # Fitted on dense bf16 RTX 4090 runs only: the MoE and format factors are Ampere's.
     "ada": Calibration(
         bandwidth_efficiency=0.878, compute_efficiency=0.749, step_overhead_s=0.0005,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.433,
-        moe_compute_efficiency=0.529, format_efficiency=(("fp8", 0.201),),
-        moe_format_efficiency=(("fp8", 0.25), ("mxfp4", 0.83)),
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.442,
+        moe_compute_efficiency=0.456, format_efficiency=(("fp8", 0.201),),
+        moe_format_efficiency=(("fp8", 0.257), ("mxfp4", 0.935)),
     ),
 }
 
@@ -205,6 +212,7 @@ class ModelCost:
     quantized_dense: bool = False  # projections are in weight_format (else bf16)
     quantized_experts: bool = False  # routed experts are in weight_format
     mla: bool = False  # multi-head latent attention (profile.uses_mla)
+    sparse_mla: bool = False  # MLA with DeepSeek Sparse Attention (SPARSE_MLA_FAMILIES)
     # Sliding-window attention layers (gpt-oss, Gemma 2/3) read the KV of their last
     # `sliding_window` tokens only: the fraction of KV-carrying layers that are windowed.
     sliding_window: int | None = None
@@ -246,6 +254,7 @@ def model_cost(
         quantized_dense=quantized_dense,
         quantized_experts=quantized_experts,
         mla=profile.uses_mla,
+        sparse_mla=profile.uses_mla and profile.model_type in SPARSE_MLA_FAMILIES,
         sliding_window=profile.sliding_window if windowed else None,
         sliding_fraction=sliding / len(kv_layers) if windowed else 0.0,
     )
@@ -286,7 +295,8 @@ class StepTimeModel:
         if self.cost.num_experts:
             flops_per_s *= cal.moe_compute_efficiency
         if self.cost.mla:
-            flops_per_s *= cal.mla_compute_efficiency
+            flops_per_s *= (cal.dsa_compute_efficiency if self.cost.sparse_mla
+                            else cal.mla_compute_efficiency)
         flops = (
             self.cost.linear_flops_per_token * tokens
             + self.cost.attention_flops_per_pair * pairs
