@@ -26,11 +26,12 @@ MODELS = REPO / "tests" / "data" / "models"
 
 # What the held-out split reaches today (docs/simulator.md); a change to the timing model
 # that makes any of them worse fails here. Issue 31's goal is stricter (10/10/20, max 30).
-# 111 held-out runs (16.7 / 17.2 / 27.0) since the MoE/MLA refit on the second GPUStack
-# harvest, whose 9 held-out MoE runs (DeepSeek-V3.2, GLM-4.6 on H100/H200) joined the split.
-HELD_OUT_MEDIAN_PCT = {"tpot": 17.0, "throughput": 17.5, "ttft": 27.5}
-# MoE models alone (61 held-out runs: 22.8 / 22.4 / 43.7) must not get worse either.
-HELD_OUT_MOE_MEDIAN_PCT = {"tpot": 23.0, "throughput": 23.0, "ttft": 44.0}
+# 112 held-out runs (14.4 / 15.7 / 25.1) since sliding-window layers are costed on their
+# window (gpt-oss) and V3.2's sparse MLA has its own factor, refit on the fit split; the
+# gpt-oss-20b H100 run once filed under a 120b command joined the held-out split (rule).
+HELD_OUT_MEDIAN_PCT = {"tpot": 14.5, "throughput": 16.0, "ttft": 25.5}
+# MoE models alone (62 held-out runs: 20.2 / 19.0 / 43.5) must not get worse either.
+HELD_OUT_MOE_MEDIAN_PCT = {"tpot": 20.5, "throughput": 19.5, "ttft": 44.0}
 # Dense models alone (50 held-out runs: 8.1 / 7.8 / 20.2) meet the goal's TPOT and
 # throughput medians; they must keep doing so.
 HELD_OUT_DENSE_MEDIAN_PCT = {"tpot": 8.5, "throughput": 8.5, "ttft": 21.0}
