@@ -116,29 +116,31 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 # `--refine-published 1` (a coordinate search on the fit split's median |errors|). A GPU of
 # a generation listed here (H200 from the Hopper fit, L40S from Ada's) uses it when
 # GPU_CALIBRATION has no entry of its own; the held-out split measures the error
-# (docs/simulator.md). The per-request cost fits to 0 on runs straight to `vllm serve`
-# (IO Foundation's; GPUStack's serving path adds ~51 ms, which only its replays carry).
-# Quantized weights on Ampere run through weight-only (Marlin-style) kernels (fp8 0.20).
+# (docs/simulator.md), then `--fit-moe 3` (published_fidelity.fit_moe); all three rerun
+# after the LM head moved to once per sequence. The per-request cost fits to ~0.6 ms on
+# runs straight to `vllm serve` (IO Foundation's; GPUStack's serving path adds ~51 ms,
+# which only its replays carry). Quantized weights on Ampere run through weight-only
+# (Marlin-style) kernels (fp8 0.17).
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
-        bandwidth_efficiency=0.864, compute_efficiency=0.487, step_overhead_s=0.001,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.2467,
-        moe_compute_efficiency=0.586, mla_compute_efficiency=0.238,
-        dsa_compute_efficiency=0.238, format_efficiency=(("fp8", 0.325),),
-        moe_format_efficiency=(("fp8", 0.21), ("mxfp4", 0.556)),
+        bandwidth_efficiency=0.792, compute_efficiency=0.379, step_overhead_s=0.001,
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.2744,
+        moe_compute_efficiency=0.729, mla_compute_efficiency=0.236,
+        dsa_compute_efficiency=0.236, format_efficiency=(("fp8", 0.665),),
+        moe_format_efficiency=(("fp8", 0.232), ("mxfp4", 0.596)),
     ),
     "ampere": Calibration(
-        bandwidth_efficiency=0.715, compute_efficiency=0.503, step_overhead_s=0.0005,
-        per_seq_overhead_s=2.4e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.442,
-        moe_compute_efficiency=0.456, format_efficiency=(("fp8", 0.201),),
-        moe_format_efficiency=(("fp8", 0.257), ("mxfp4", 0.935)),
+        bandwidth_efficiency=0.715, compute_efficiency=0.480, step_overhead_s=0.0005,
+        per_seq_overhead_s=1.92e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.44,
+        moe_compute_efficiency=0.4295, format_efficiency=(("fp8", 0.17),),
+        moe_format_efficiency=(("fp8", 0.262), ("mxfp4", 0.993)),
     ),
     # Fitted on dense bf16 RTX 4090 runs only: the MoE and format factors are Ampere's.
     "ada": Calibration(
-        bandwidth_efficiency=0.878, compute_efficiency=0.749, step_overhead_s=0.0005,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.442,
-        moe_compute_efficiency=0.456, format_efficiency=(("fp8", 0.201),),
-        moe_format_efficiency=(("fp8", 0.257), ("mxfp4", 0.935)),
+        bandwidth_efficiency=0.795, compute_efficiency=0.686, step_overhead_s=0.0005,
+        per_seq_overhead_s=3.75e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.44,
+        moe_compute_efficiency=0.4295, format_efficiency=(("fp8", 0.17),),
+        moe_format_efficiency=(("fp8", 0.262), ("mxfp4", 0.993)),
     ),
 }
 
@@ -197,11 +199,13 @@ class ModelCost:
 
     weight_bytes: float  # read once per step
     kv_bytes_per_token: float  # read per context token per step
-    linear_flops_per_token: float  # 2 x active non-embedding parameters / TP
+    linear_flops_per_token: float  # 2 x active parameters but embedding and LM head / TP
     attention_flops_per_pair: float  # 4 x layers x heads x head_dim / TP
     allreduce_bytes_per_token: float  # 2 all-reduces per layer x hidden x 2 bytes
     allreduces_per_step: int
     tensor_parallel_size: int
+    # 2 x LM-head parameters / TP, per scheduled sequence (logits of its last position).
+    lm_head_flops_per_seq: float = 0.0
     # MoE: bytes of all routed experts on this GPU (a part of weight_bytes), read in
     # proportion to the experts a step's tokens touch (moe_read.py).
     expert_bytes: float = 0.0
@@ -232,9 +236,11 @@ def model_cost(
 ) -> ModelCost:
     """Derive the per-GPU costs from a profile and the estimator's byte counts."""
     tp = tensor_parallel_size
-    # The embedding is a lookup, not a matmul; the LM head is a matmul (tied or not).
+    # The embedding is a lookup, not a matmul; the LM head is a matmul (tied or not) that
+    # vLLM runs for each scheduled sequence's last position only, not every prompt token.
+    # active_params counts the embedding and, when untied, the LM head once each.
     lm_head = profile.params.lm_head or profile.params.embedding
-    matmul_params = profile.active_params - profile.params.embedding + lm_head
+    body_params = profile.active_params - profile.params.embedding - profile.params.lm_head
     heads_dim = profile.num_attention_heads * profile.head_dim
     kv_layers = [k for k in profile.layer_attention if k != "none"]
     sliding = sum(1 for k in kv_layers if k == "sliding")
@@ -242,7 +248,8 @@ def model_cost(
     return ModelCost(
         weight_bytes=weight_bytes_per_gpu,
         kv_bytes_per_token=kv_bytes_per_token_per_gpu,
-        linear_flops_per_token=2.0 * matmul_params / tp,
+        linear_flops_per_token=2.0 * body_params / tp,
+        lm_head_flops_per_seq=2.0 * lm_head / tp,
         attention_flops_per_pair=4.0 * profile.num_layers * heads_dim / tp,
         allreduce_bytes_per_token=2.0 * profile.num_layers * profile.hidden_size * 2.0,
         allreduces_per_step=2 * profile.num_layers if tp > 1 else 0,
@@ -299,6 +306,7 @@ class StepTimeModel:
                             else cal.mla_compute_efficiency)
         flops = (
             self.cost.linear_flops_per_token * tokens
+            + self.cost.lm_head_flops_per_seq * shape.num_seqs
             + self.cost.attention_flops_per_pair * pairs
         )
         compute_s = flops / flops_per_s
