@@ -21,6 +21,7 @@ from typing import Any
 from inferplane.errors import InferplaneError
 from inferplane.gpus import lookup_gpu
 from inferplane.models import load_profile
+from inferplane.models.arch import SPARSE_MLA_FAMILIES
 from inferplane.sim.build import build_parts
 from inferplane.sim.config import SimEngineConfig
 from inferplane.sim.core import EngineCore, KvCapacity
@@ -118,6 +119,14 @@ def family(point: dict[str, Any]) -> str:
 def weight_format(point: dict[str, Any]) -> str:
     q = _profile(point["model"]).quantization
     return format_name(q.method if q else None)
+
+
+def attention_kind(point: dict[str, Any]) -> str:
+    """"gqa" (MHA/GQA, windowed or not), "mla" (dense MLA) or "dsa" (sparse MLA)."""
+    profile = _profile(point["model"])
+    if not profile.uses_mla:
+        return "gqa"
+    return "dsa" if profile.model_type in SPARSE_MLA_FAMILIES else "mla"
 
 
 def gpu_generation(point: dict[str, Any]) -> str:
@@ -225,7 +234,7 @@ DIRECT_PUBLISHERS = ("IO Foundation",)
 # concurrent requests are ~40 ms slower to first token than IO Foundation's direct runs
 # of models of the same size; attributed to their path, not established). Fitted with
 # the rest by `fit` on the fit split; the shipped engine does not carry it.
-PATH_OVERHEAD_S: dict[str, float] = {"GPUStack": 0.0513}
+PATH_OVERHEAD_S: dict[str, float] = {"GPUStack": 0.0509}
 
 
 def path_overhead_s(point: dict[str, Any]) -> float:
@@ -352,7 +361,9 @@ def fit_moe(points: list[dict[str, Any]], start: Calibrations, rounds: int = 4,
         touched experts; a 4-token or long-prompt run's throughput is prefill compute);
       * moe_format_efficiency[FMT]: TPOT of decode-heavy MoE runs with FMT experts;
       * moe_compute_efficiency: TTFT of non-MLA MoE runs with >= 2000-token prompts;
-      * mla_compute_efficiency: TTFT of MLA runs with >= 2000-token prompts."""
+      * mla_compute_efficiency: TTFT of dense-MLA runs (R1/V3) with >= 2000-token prompts;
+      * dsa_compute_efficiency: the same of sparse-MLA runs (V3.2); a generation without
+        dense-MLA runs gives dense MLA this factor too."""
     cals = dict(start)
     moe = [p for p in points if family(p) == "moe"]
     for n in range(rounds):
@@ -373,13 +384,19 @@ def fit_moe(points: list[dict[str, Any]], start: Calibrations, rounds: int = 4,
                     formats[fmt] = round(_clamp(formats.get(fmt, cal.format_factor(fmt)) * q,
                                                 0.05, 1.5), 3)
             cal = replace(cal, moe_format_efficiency=tuple(sorted(formats.items())))
-            for mla, name in ((False, "moe_compute_efficiency"), (True, "mla_compute_efficiency")):
+            for kind, name in (("gqa", "moe_compute_efficiency"),
+                               ("mla", "mla_compute_efficiency"),
+                               ("dsa", "dsa_compute_efficiency")):
                 long = [r for r in mine if r.point["workload"]["lengths"] == "fixed"
                         and r.point["workload"]["mean_input_len"] >= 2000
-                        and _profile(r.point["model"]).uses_mla == mla]
+                        and attention_kind(r.point) == kind]
                 if (q := _median_ratio(long, "ttft")) is not None:
                     cal = replace(cal, **{name: round(_clamp(getattr(cal, name) * q,
                                                              0.05, 1.5), 4)})
+            if not any(attention_kind(r.point) == "mla" for r in mine):
+                # No dense-MLA runs: R1/V3 borrow V3.2's factor (MLA prefill is unabsorbed
+                # on both paths) rather than running at 1.0 unbacked.
+                cal = replace(cal, mla_compute_efficiency=cal.dsa_compute_efficiency)
             cals[g] = cal
             log(f"round {n + 1} {g}: loss {fit_loss(mine):.2f} before; {describe(cal)}")
     return cals
@@ -388,6 +405,7 @@ def fit_moe(points: list[dict[str, Any]], start: Calibrations, rounds: int = 4,
 # What `refine` searches, per generation: constant -> factors tried on its current value.
 REFINED = ("compute_efficiency", "bandwidth_efficiency", "per_seq_overhead_s",
            "moe_kernel_efficiency", "moe_compute_efficiency", "mla_compute_efficiency",
+           "dsa_compute_efficiency",
            "format:fp8", "moe_format:fp8", "moe_format:mxfp4")
 REFINE_FACTORS = (0.8, 0.9, 1.1, 1.25)
 
@@ -470,6 +488,7 @@ def describe(cal: Calibration) -> str:
     return (f"bandwidth {cal.bandwidth_efficiency:.3f}, compute {cal.compute_efficiency:.3f}, "
             f"MoE kernels {cal.moe_kernel_efficiency:.3f}, MoE prefill "
             f"{cal.moe_compute_efficiency:.3f}, MLA compute {cal.mla_compute_efficiency:.3f}, "
+            f"DSA compute {cal.dsa_compute_efficiency:.3f}, "
             f"formats ({formats}), quantized experts "
             f"({experts}), step "
             f"{cal.step_overhead_s * 1000:.2f} ms, per sequence {cal.per_seq_overhead_s * 1e6:.0f}"

@@ -59,9 +59,13 @@ def test_the_generic_constants_are_what_per_gpu_calibration_improves_on(
 ) -> None:
     # Guards the comparison itself: without per-GPU constants the error is much larger,
     # so the shipped numbers above come from GPU_CALIBRATION, not from the data being easy.
+    # (14.2% generic against 4.9% shipped since the LM head runs once per sequence; the
+    # bound was 15% when the head was counted per prompt token.)
     with contextlib.redirect_stdout(io.StringIO()):
         generic = fidelity.concurrency_report("generic")
-    assert statistics.median(generic) > 15.0
+        shipped = fidelity.concurrency_report("shipped")
+    assert statistics.median(generic) > 12.0
+    assert statistics.median(generic) > 2 * statistics.median(shipped)
 
 
 def test_throughput_entries_held_out_within_10_percent(fidelity: ModuleType) -> None:

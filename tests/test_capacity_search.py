@@ -147,3 +147,25 @@ def test_a_run_ends_when_its_measured_requests_have_finished() -> None:
     out = simulate(_core(), arrivals, measure_from=20, measure_until=60)
     assert len(out.ttft_s) == 40 and not out.stopped_early
     assert out.completed < 120  # the load-only tail was not run to the end
+
+
+def test_jumps_keep_the_sliding_window_of_gpt_oss(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = REPO / "tests" / "data" / "models" / "openai--gpt-oss-20b"
+
+    def core() -> EngineCore:
+        parts = build_parts(SimEngineConfig(model="m", model_config=config, max_model_len=8192,
+                                            max_num_seqs=32))
+        m = parts.memory
+        return EngineCore(KvCapacity(m.num_gpu_blocks, m.block_size, m.max_num_seqs,
+                                     m.max_num_batched_tokens), parts.timing)
+
+    traffic = parse_traffic({"models": {"m": {
+        "peak_rps": 4, "input_tokens": {"mean": 600, "range": 0.5},
+        "output_tokens": {"mean": 150, "range": 0.5}}}}, "t").models["m"]
+    arrivals: list[Arrival] = traffic.arrivals(4.0, 40, seed=5)
+    fast = simulate(core(), arrivals)
+    assert fast.jumped_steps > 0
+    monkeypatch.setattr(simclock._Run, "jump", lambda self: False)
+    slow = simulate(core(), arrivals)
+    assert sorted(fast.tpot_s) == pytest.approx(sorted(slow.tpot_s), rel=1e-9)
+    assert fast.duration_s == pytest.approx(slow.duration_s, rel=1e-12)

@@ -149,11 +149,84 @@ def test_quantized_experts_and_mla_prefill_have_their_own_factors() -> None:
     # kernels' speed costs nearly half again the step, and the dense fp8 factor is kept.
     assert step(fp8_moe, slow_experts) > 1.6 * step(fp8_moe, base)
     assert slow_experts.format_factor("fp8") == 0.5
-    # MLA (DeepSeek-V3.2): its prefill runs at mla_compute_efficiency; a GQA model ignores it.
-    mla = _timing("deepseek-ai--DeepSeek-V3.2", gpu="H200", tp=8)
+    # Dense MLA (DeepSeek-R1): its prefill runs at mla_compute_efficiency; a GQA model
+    # ignores it.
+    mla = _timing("deepseek-ai--DeepSeek-R1", gpu="H200", tp=8)
     gqa = _timing("Qwen--Qwen3-235B-A22B-FP8", gpu="H200", tp=8)
     assert mla.cost.mla and not gqa.cost.mla
     prefill = StepShape(8192, 0, 8192, 8192 * 4096, 2)
     slow_mla = replace(base, mla_compute_efficiency=0.25)
     assert step(mla, slow_mla, prefill) > 3.0 * step(mla, base, prefill)
     assert step(gqa, slow_mla, prefill) == pytest.approx(step(gqa, base, prefill))
+
+
+def test_windowed_pairs_match_counting_each_query() -> None:
+    from inferplane.sim.scheduler import _windowed_pairs
+
+    for computed, count, window in itertools.product((0, 5, 127, 128, 300), (1, 7, 200),
+                                                     (1, 128, 4096)):
+        counted = sum(min(pos, window) for pos in range(computed + 1, computed + count + 1))
+        assert _windowed_pairs(computed, count, window) == counted
+
+
+def test_sliding_window_layers_read_their_window_only() -> None:
+    # gpt-oss-20b: 12 of 24 layers attend to the last 128 tokens.
+    swa = _timing("openai--gpt-oss-20b")
+    assert swa.cost.sliding_window == 128 and swa.cost.sliding_fraction == 0.5
+    assert _timing("Qwen--Qwen3-8B").cost.sliding_window is None
+    cal = replace(DEFAULT_CALIBRATION, step_overhead_s=0.0, per_seq_overhead_s=0.0)
+    swa = replace(swa, calibration=cal)
+    seqs, context = 64, 8000
+    full = StepShape(0, seqs, seqs * context, seqs * context, seqs)
+    windowed = replace(full, windowed_context_tokens=seqs * 128,
+                       windowed_attention_pairs=seqs * 128)
+    kv_s = swa.cost.kv_bytes_per_token * seqs * context / (
+        swa.gpu.memory_bandwidth_gbps * 1e9 * cal.bandwidth_efficiency)
+    # Half the layers stop at 128 tokens: the step loses almost half the KV read.
+    saved = swa.step_time_s(full) - swa.step_time_s(windowed)
+    assert saved == pytest.approx(kv_s * 0.5 * (1 - 128 / context), rel=1e-6)
+    # Without the windowed sums (a caller that did not compute them) it costs full attention.
+    assert swa.step_time_s(full) > swa.step_time_s(windowed)
+
+
+def test_the_engine_fills_the_windowed_sums_for_a_sliding_window_model() -> None:
+    from inferplane.sim.scheduler import SimRequest
+
+    parts = build_parts(SimEngineConfig(model="m", model_config=MODELS / "openai--gpt-oss-20b",
+                                        gpu="H100-SXM-80GB", max_model_len=4096))
+    m = parts.memory
+    core = EngineCore(KvCapacity(m.num_gpu_blocks, m.block_size, m.max_num_seqs,
+                                 m.max_num_batched_tokens), parts.timing)
+    assert core.scheduler.attention_window == 128
+    core.add(SimRequest(request_id="r", prompt_token_ids=synthetic_prompt(1000, 0),
+                        output_tokens=20, finish_reason="length", arrival_s=0.0))
+    shapes = []
+    now = 0.0
+    while core.has_work:
+        scheduled = core.scheduler.schedule(now)
+        shapes.append(scheduled.shape)
+        now += parts.timing.step_time_s(scheduled.shape)
+        core.scheduler.complete(scheduled, now)
+    prefill, decode = shapes[0], shapes[-1]
+    assert prefill.attention_pairs == 1000 * 1001 // 2
+    assert prefill.windowed_attention_pairs == _pairs_up_to(1000, 128)
+    assert decode.context_tokens == 1019 and decode.windowed_context_tokens == 128
+
+
+def _pairs_up_to(tokens: int, window: int) -> int:
+    return sum(min(pos, window) for pos in range(1, tokens + 1))
+
+
+def test_sparse_mla_has_its_own_prefill_factor() -> None:
+    base = GENERATION_CALIBRATION["hopper"]
+    dsa = _timing("deepseek-ai--DeepSeek-V3.2", gpu="H200", tp=8)
+    dense_mla = _timing("deepseek-ai--DeepSeek-R1", gpu="H200", tp=8)
+    assert dsa.cost.sparse_mla and dense_mla.cost.mla and not dense_mla.cost.sparse_mla
+    prefill = StepShape(8192, 0, 8192, 8192 * 4096, 2)
+
+    def step(t: StepTimeModel, cal: Calibration) -> float:
+        return replace(t, calibration=cal).step_time_s(prefill)
+
+    slow_dsa = replace(base, dsa_compute_efficiency=base.dsa_compute_efficiency / 2)
+    assert step(dsa, slow_dsa) > 1.5 * step(dsa, base)
+    assert step(dense_mla, slow_dsa) == pytest.approx(step(dense_mla, base))

@@ -179,10 +179,14 @@ class _Run:
         t = self.now
         prev_t = t
         taken = 0
+        window = sched.attention_window
+        starts = [r.num_computed + 1 for r in running] if window is not None else []
         for k in range(steps):
             ctx = context + k * n
             prev_t = t
-            t += timing.step_time_s(StepShape(0, n, ctx, ctx, n))
+            # A sliding-window model's windowed layers attend to the window at most.
+            windowed = sum(min(c + k, window) for c in starts) if window is not None else None
+            t += timing.step_time_s(StepShape(0, n, ctx, ctx, n, windowed, windowed))
             taken = k + 1
             if t >= next_arrival:
                 break

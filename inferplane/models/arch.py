@@ -13,6 +13,9 @@ from typing import Any
 from inferplane.errors import InferplaneError
 
 MLA_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32"})
+# MLA with DeepSeek Sparse Attention (a lightning indexer picks the top-k earlier tokens
+# each query attends to): vLLM runs it through other kernels than dense MLA.
+SPARSE_MLA_FAMILIES = frozenset({"deepseek_v32"})
 KNOWN_FAMILIES = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text",
      "gpt_oss"}

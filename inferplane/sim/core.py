@@ -40,6 +40,7 @@ class EngineCore:
             max_num_batched_tokens=capacity.max_num_batched_tokens,
             enable_prefix_caching=capacity.enable_prefix_caching,
             max_loras=capacity.max_loras,
+            attention_window=timing.cost.sliding_window,
         )
         self.timing = timing
         self.metrics = metrics

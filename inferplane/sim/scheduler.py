@@ -98,8 +98,12 @@ class Scheduler:
         max_num_batched_tokens: int,
         enable_prefix_caching: bool = True,
         max_loras: int | None = None,
+        attention_window: int | None = None,
     ) -> None:
-        self.max_loras = max_loras  # None: LoRA off (no adapter limit to keep)
+        self.max_loras = max_loras
+        # The model's sliding window: steps also count the context each sequence's
+        # windowed layers attend to (StepShape.windowed_*).
+        self.attention_window = attention_window  # None: LoRA off (no adapter limit to keep)
         self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching)
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
@@ -156,7 +160,8 @@ class Scheduler:
             index += 1
         if preempted == 0:
             budget = self._admit(now_s, budget, work)
-        return ScheduledStep(work=work, shape=self._shape(work), preempted=preempted)
+        return ScheduledStep(work=work, shape=self._shape(work, self.attention_window),
+                             preempted=preempted)
 
     def complete(self, step: ScheduledStep, end_s: float) -> list[TokenEvent]:
         """Apply a finished step: advance progress, sample tokens, finish requests."""
@@ -260,8 +265,9 @@ class Scheduler:
         request.num_cached_blocks = max(request.num_cached_blocks, full)
 
     @staticmethod
-    def _shape(work: list[tuple[SimRequest, int]]) -> StepShape:
+    def _shape(work: list[tuple[SimRequest, int]], window: int | None = None) -> StepShape:
         prefill = decode = context = pairs = 0
+        w_context = w_pairs = 0
         for request, count in work:
             if count == 1 and request.num_output > 0 and (
                 request.num_computed == request.num_tokens - 1
@@ -271,10 +277,22 @@ class Scheduler:
                 prefill += count
             context += request.num_computed + count
             pairs += count * request.num_computed + count * (count + 1) // 2
+            if window is not None:
+                c = request.num_computed
+                w_context += min(c + count, window)
+                w_pairs += _windowed_pairs(c, count, window)
         return StepShape(
             prefill_tokens=prefill,
             decode_seqs=decode,
             context_tokens=context,
             attention_pairs=pairs,
             num_seqs=len(work),
+            windowed_context_tokens=w_context if window is not None else None,
+            windowed_attention_pairs=w_pairs if window is not None else None,
         )
+
+
+def _windowed_pairs(computed: int, count: int, window: int) -> int:
+    """Sum over query positions computed+1 .. computed+count of min(position, window)."""
+    below = max(0, min(count, window - computed))  # positions still inside the window
+    return below * computed + below * (below + 1) // 2 + (count - below) * window

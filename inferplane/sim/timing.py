@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferplane.gpus.spec import GpuSpec
+from inferplane.models.arch import SPARSE_MLA_FAMILIES
 from inferplane.models.profile import ModelProfile
 from inferplane.sim.formats import generation
 from inferplane.sim.moe_read import weight_bytes_read
@@ -53,6 +54,11 @@ class Calibration:
     # prefills MLA without weight absorption, up-projecting the cached latent of every
     # earlier chunk again per chunk, so its prefill runs below a GQA model's.
     mla_compute_efficiency: float = 1.0
+    # MLA with DeepSeek Sparse Attention (V3.2): the same for its path (the indexer over
+    # the whole context, sparse MLA kernels); it replaces mla_compute_efficiency there.
+    # Fitted apart from dense MLA (its path is not R1's); while the fit split's MLA runs
+    # are all V3.2's, dense MLA borrows this value (published_fidelity.fit_moe).
+    dsa_compute_efficiency: float = 1.0
     # Quantized weight formats (formats.weight_format): fraction of bf16's achieved
     # bandwidth their kernels reach on this GPU (dense and expert weights in that format:
     # it replaces moe_kernel_efficiency for quantized experts); a format not listed runs
@@ -110,28 +116,31 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 # `--refine-published 1` (a coordinate search on the fit split's median |errors|). A GPU of
 # a generation listed here (H200 from the Hopper fit, L40S from Ada's) uses it when
 # GPU_CALIBRATION has no entry of its own; the held-out split measures the error
-# (docs/simulator.md). The per-request cost fits to 0 on runs straight to `vllm serve`
-# (IO Foundation's; GPUStack's serving path adds ~51 ms, which only its replays carry).
-# Quantized weights on Ampere run through weight-only (Marlin-style) kernels (fp8 0.20).
+# (docs/simulator.md), then `--fit-moe 3` (published_fidelity.fit_moe); all three rerun
+# after the LM head moved to once per sequence. The per-request cost fits to ~0.6 ms on
+# runs straight to `vllm serve` (IO Foundation's; GPUStack's serving path adds ~51 ms,
+# which only its replays carry). Quantized weights on Ampere run through weight-only
+# (Marlin-style) kernels (fp8 0.17).
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
-        bandwidth_efficiency=0.864, compute_efficiency=0.487, step_overhead_s=0.001,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.248,
-        moe_compute_efficiency=0.588, mla_compute_efficiency=0.239,
-        format_efficiency=(("fp8", 0.325),), moe_format_efficiency=(("fp8", 0.21), ("mxfp4", 0.53)),
+        bandwidth_efficiency=0.792, compute_efficiency=0.379, step_overhead_s=0.001,
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.2744,
+        moe_compute_efficiency=0.729, mla_compute_efficiency=0.236,
+        dsa_compute_efficiency=0.236, format_efficiency=(("fp8", 0.665),),
+        moe_format_efficiency=(("fp8", 0.232), ("mxfp4", 0.596)),
     ),
     "ampere": Calibration(
-        bandwidth_efficiency=0.715, compute_efficiency=0.503, step_overhead_s=0.0005,
-        per_seq_overhead_s=2.4e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.433,
-        moe_compute_efficiency=0.529, format_efficiency=(("fp8", 0.201),),
-        moe_format_efficiency=(("fp8", 0.25), ("mxfp4", 0.83)),
+        bandwidth_efficiency=0.715, compute_efficiency=0.480, step_overhead_s=0.0005,
+        per_seq_overhead_s=1.92e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.44,
+        moe_compute_efficiency=0.4295, format_efficiency=(("fp8", 0.17),),
+        moe_format_efficiency=(("fp8", 0.262), ("mxfp4", 0.993)),
     ),
     # Fitted on dense bf16 RTX 4090 runs only: the MoE and format factors are Ampere's.
     "ada": Calibration(
-        bandwidth_efficiency=0.878, compute_efficiency=0.749, step_overhead_s=0.0005,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.0, moe_kernel_efficiency=0.433,
-        moe_compute_efficiency=0.529, format_efficiency=(("fp8", 0.201),),
-        moe_format_efficiency=(("fp8", 0.25), ("mxfp4", 0.83)),
+        bandwidth_efficiency=0.795, compute_efficiency=0.686, step_overhead_s=0.0005,
+        per_seq_overhead_s=3.75e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.44,
+        moe_compute_efficiency=0.4295, format_efficiency=(("fp8", 0.17),),
+        moe_format_efficiency=(("fp8", 0.262), ("mxfp4", 0.993)),
     ),
 }
 
@@ -177,6 +186,11 @@ class StepShape:
     context_tokens: int  # KV tokens attention reads, summed over scheduled sequences
     attention_pairs: int  # sum over scheduled query tokens of their context length
     num_seqs: int  # sequences scheduled this step
+    # The same two sums with every sequence's context capped at the model's sliding
+    # window (the scheduler fills them for a model with sliding-window layers); None:
+    # not computed, those layers are costed like full attention.
+    windowed_context_tokens: int | None = None
+    windowed_attention_pairs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -185,11 +199,13 @@ class ModelCost:
 
     weight_bytes: float  # read once per step
     kv_bytes_per_token: float  # read per context token per step
-    linear_flops_per_token: float  # 2 x active non-embedding parameters / TP
+    linear_flops_per_token: float  # 2 x active parameters but embedding and LM head / TP
     attention_flops_per_pair: float  # 4 x layers x heads x head_dim / TP
     allreduce_bytes_per_token: float  # 2 all-reduces per layer x hidden x 2 bytes
     allreduces_per_step: int
     tensor_parallel_size: int
+    # 2 x LM-head parameters / TP, per scheduled sequence (logits of its last position).
+    lm_head_flops_per_seq: float = 0.0
     # MoE: bytes of all routed experts on this GPU (a part of weight_bytes), read in
     # proportion to the experts a step's tokens touch (moe_read.py).
     expert_bytes: float = 0.0
@@ -200,6 +216,11 @@ class ModelCost:
     quantized_dense: bool = False  # projections are in weight_format (else bf16)
     quantized_experts: bool = False  # routed experts are in weight_format
     mla: bool = False  # multi-head latent attention (profile.uses_mla)
+    sparse_mla: bool = False  # MLA with DeepSeek Sparse Attention (SPARSE_MLA_FAMILIES)
+    # Sliding-window attention layers (gpt-oss, Gemma 2/3) read the KV of their last
+    # `sliding_window` tokens only: the fraction of KV-carrying layers that are windowed.
+    sliding_window: int | None = None
+    sliding_fraction: float = 0.0
 
 
 def model_cost(
@@ -215,14 +236,20 @@ def model_cost(
 ) -> ModelCost:
     """Derive the per-GPU costs from a profile and the estimator's byte counts."""
     tp = tensor_parallel_size
-    # The embedding is a lookup, not a matmul; the LM head is a matmul (tied or not).
+    # The embedding is a lookup, not a matmul; the LM head is a matmul (tied or not) that
+    # vLLM runs for each scheduled sequence's last position only, not every prompt token.
+    # active_params counts the embedding and, when untied, the LM head once each.
     lm_head = profile.params.lm_head or profile.params.embedding
-    matmul_params = profile.active_params - profile.params.embedding + lm_head
+    body_params = profile.active_params - profile.params.embedding - profile.params.lm_head
     heads_dim = profile.num_attention_heads * profile.head_dim
+    kv_layers = [k for k in profile.layer_attention if k != "none"]
+    sliding = sum(1 for k in kv_layers if k == "sliding")
+    windowed = bool(sliding and profile.sliding_window)
     return ModelCost(
         weight_bytes=weight_bytes_per_gpu,
         kv_bytes_per_token=kv_bytes_per_token_per_gpu,
-        linear_flops_per_token=2.0 * matmul_params / tp,
+        linear_flops_per_token=2.0 * body_params / tp,
+        lm_head_flops_per_seq=2.0 * lm_head / tp,
         attention_flops_per_pair=4.0 * profile.num_layers * heads_dim / tp,
         allreduce_bytes_per_token=2.0 * profile.num_layers * profile.hidden_size * 2.0,
         allreduces_per_step=2 * profile.num_layers if tp > 1 else 0,
@@ -234,6 +261,9 @@ def model_cost(
         quantized_dense=quantized_dense,
         quantized_experts=quantized_experts,
         mla=profile.uses_mla,
+        sparse_mla=profile.uses_mla and profile.model_type in SPARSE_MLA_FAMILIES,
+        sliding_window=profile.sliding_window if windowed else None,
+        sliding_fraction=sliding / len(kv_layers) if windowed else 0.0,
     )
 
 
@@ -261,8 +291,9 @@ class StepTimeModel:
             return self._fixed_step_s(shape) * self.slowdown
         bandwidth = self.gpu.memory_bandwidth_gbps * 1e9 * cal.bandwidth_efficiency
         tokens = shape.prefill_tokens + shape.decode_seqs
+        context, pairs = self._attended(shape)
         memory_s = (self.weight_read_s(tokens, bandwidth)
-                    + self.cost.kv_bytes_per_token * shape.context_tokens / bandwidth)
+                    + self.cost.kv_bytes_per_token * context / bandwidth)
 
         peak_tflops = self.gpu.bf16_tflops
         if self.use_fp8_compute and self.gpu.fp8_tflops is not None:
@@ -271,10 +302,12 @@ class StepTimeModel:
         if self.cost.num_experts:
             flops_per_s *= cal.moe_compute_efficiency
         if self.cost.mla:
-            flops_per_s *= cal.mla_compute_efficiency
+            flops_per_s *= (cal.dsa_compute_efficiency if self.cost.sparse_mla
+                            else cal.mla_compute_efficiency)
         flops = (
             self.cost.linear_flops_per_token * tokens
-            + self.cost.attention_flops_per_pair * shape.attention_pairs
+            + self.cost.lm_head_flops_per_seq * shape.num_seqs
+            + self.cost.attention_flops_per_pair * pairs
         )
         compute_s = flops / flops_per_s
 
@@ -302,6 +335,16 @@ class StepTimeModel:
         expert_bw = bandwidth * (cal.moe_format_factor(c.weight_format) if c.quantized_experts
                                  else cal.moe_kernel_efficiency)
         return dense / dense_bw + experts / expert_bw
+
+    def _attended(self, shape: StepShape) -> tuple[float, float]:
+        """(context tokens, query x context pairs) averaged over the layers: windowed
+        layers count each sequence's context up to the window only."""
+        f = self.cost.sliding_fraction
+        if not f or shape.windowed_context_tokens is None:
+            return shape.context_tokens, shape.attention_pairs
+        pairs = shape.windowed_attention_pairs
+        return ((1 - f) * shape.context_tokens + f * shape.windowed_context_tokens,
+                (1 - f) * shape.attention_pairs + f * (pairs or 0))
 
     def _fixed_step_s(self, shape: StepShape) -> float:
         cal = self.calibration
