@@ -58,14 +58,10 @@ async def relay_json(
         if rec.keeps_response:
             responses.learn(payload, pool.route.name, backend.url, rec.key_id)
     rec.finished = True
-    # `respond`'s two messages, without its coroutine (this is every non-streamed answer)
-    headers = [(b"content-type", conn.content_type or JSON),
-               (b"content-length", b"%d" % len(payload)), (b"x-request-id", rid),
-               *rec.headers]  # fmt: skip
+    extra = rec.headers
     if rec.show_replica:
-        headers.append((REPLICA_HEADER, backend.label.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+        extra = (*extra, (REPLICA_HEADER, backend.label.encode()))
+    await respond(send, status, payload, rid, conn.content_type or JSON, extra)
 
 
 async def relay_stream(

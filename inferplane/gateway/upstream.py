@@ -132,10 +132,15 @@ class Connection(asyncio.Protocol):
 
     def _wake(self) -> None:
         waiter = self._waiter
-        if waiter is not None:
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
             self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
 
     def close(self) -> None:
         self.closed = True
@@ -160,8 +165,7 @@ class Connection(asyncio.Protocol):
         while not self.headers_done:
             if self.error is not None:
                 raise UpstreamError(str(self.error) or type(self.error).__name__)
-            waiter = self._waiter = self._loop.create_future()
-            await waiter
+            await self._wait()
 
     async def read_chunk(self) -> bytes:
         """The next body bytes; b"" once the body is complete."""
@@ -170,8 +174,7 @@ class Connection(asyncio.Protocol):
                 return b""
             if self.error is not None:
                 raise UpstreamBodyError(str(self.error) or type(self.error).__name__)
-            waiter = self._waiter = self._loop.create_future()
-            await waiter
+            await self._wait()
         chunks = self._chunks
         # Hand over everything that arrived: the parser yields one piece per HTTP chunk,
         # and one send per SSE event would multiply the per-stream cost.
@@ -187,8 +190,7 @@ class Connection(asyncio.Protocol):
         while not self.complete:
             if self.error is not None:
                 raise UpstreamBodyError(str(self.error) or type(self.error).__name__)
-            waiter = self._waiter = self._loop.create_future()
-            await waiter
+            await self._wait()
         chunks = self._chunks
         if len(chunks) == 1:
             return chunks.popleft()
