@@ -5,7 +5,8 @@ per request, and `reschedule` (each relayed stream chunk moves the idle deadline
 that timer and makes a new one. Here a request's deadline is a float on a small object in
 a set; a sweep every `TICK_S` while any exchange is in flight cancels the task of each one
 past its deadline, which the forwarder turns into the same `TimeoutError` handling
-`asyncio.timeout` gave it. A deadline fires at most one tick late.
+`asyncio.timeout` gave it. A deadline fires at most one tick late (5 ms; longer only with
+more than 5,000 exchanges in flight, see `_TICK_PER_ENTRY_S`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 # How late a deadline may fire; the upstream timeouts are seconds, the loop's clock is ms.
 TICK_S = 0.005
+# With many exchanges in flight the sweep runs less often, so that it stays near 1% of a
+# core (~11 ns an entry measured): 5 ms up to 5,000 in flight, 10 ms at 10,000.
+_TICK_PER_ENTRY_S = 1e-6
 
 
 class Deadline:
@@ -77,4 +81,5 @@ class Deadlines:
             if deadline.at <= now and not deadline.expired:
                 deadline.expired = True
                 deadline.task.cancel()  # only scheduled: the set does not change here
-        self._handle = loop.call_at(now + self._tick, self._sweep)
+        tick = max(self._tick, len(self._live) * _TICK_PER_ENTRY_S)
+        self._handle = loop.call_at(now + tick, self._sweep)
