@@ -2,7 +2,8 @@
 
 Lines are buffered and written in batches by a background task. A served request's line
 is kept as a tuple (`served`) and formatted at the flush, so the hot path pays one append,
-not a dict, rounding and `orjson.dumps`; the order of lines is the order of requests.
+not a dict, rounding and `orjson.dumps`; the order of lines is the order of requests. The
+flush formats a row with one bytes %-format (the same JSON, ~5x cheaper than the dict).
 """
 
 from __future__ import annotations
@@ -24,17 +25,39 @@ ServedRow = tuple[bytes, float, str, str, str, int, int, int, float, float, floa
 _NL = orjson.OPT_APPEND_NEWLINE
 
 
-def _served_line(row: ServedRow) -> bytes:
-    rid, received, model, replica, url, status, p, c, adm, queue, ttft, total, retries = row
-    return orjson.dumps({
-        "request_id": rid.decode("latin-1"),
-        # when it arrived, so `inferplane trace` can put the phases on a clock
-        "received_at": round(received, 6), "model": model, "replica": replica,
-        "replica_url": url,  # for operators (`inferplane trace`); never in /metrics
-        "status": status, "prompt_tokens": p, "completion_tokens": c,
-        "admission_s": round(adm, 6), "queue_wait_s": round(queue, 6),
-        "upstream_ttft_s": round(ttft, 6), "total_s": round(total, 6), "retries": retries,
-    }, option=_NL)  # fmt: skip
+# The line `orjson.dumps` of the row's dict gave, as one %-format: strings JSON-escaped by
+# orjson, times with 6 decimals (`%.6f`: the value `round(x, 6)` gave, trailing zeros kept).
+_SERVED = (
+    b'{"request_id":%b,"received_at":%.6f,"model":%b,"replica":%b,"replica_url":%b,'
+    b'"status":%d,"prompt_tokens":%d,"completion_tokens":%d,"admission_s":%.6f,'
+    b'"queue_wait_s":%.6f,"upstream_ttft_s":%.6f,"total_s":%.6f,"retries":%d}\n'
+)
+# Distinct (model, replica, url) triples kept escaped; replicas come and go, so bounded.
+_NAMES_KEPT = 1024
+
+
+def _served_lines(
+    rows: list[bytes | ServedRow], names: dict[tuple[str, str, str], tuple[bytes, bytes, bytes]]
+) -> bytes:
+    """The buffer as log lines; `names` caches the escaped model/replica/url part."""
+    dumps = orjson.dumps
+    out: list[bytes] = []
+    for row in rows:
+        if isinstance(row, bytes):
+            out.append(row)
+            continue
+        rid, received, model, replica, url, status, p, c, adm, queue, ttft, total, retries = row
+        key = (model, replica, url)
+        esc = names.get(key)
+        if esc is None:
+            if len(names) >= _NAMES_KEPT:
+                names.clear()
+            esc = names[key] = (dumps(model), dumps(replica), dumps(url))
+        out.append(_SERVED % (
+            dumps(rid.decode("latin-1")), received, *esc, status, p, c, adm, queue, ttft,
+            total, retries,
+        ))  # fmt: skip
+    return b"".join(out)
 
 
 class AccessLog:
@@ -44,6 +67,7 @@ class AccessLog:
         self._buffer: list[bytes | ServedRow] = []
         self._interval = flush_interval_s
         self._task: asyncio.Task[None] | None = None
+        self._names: dict[tuple[str, str, str], tuple[bytes, bytes, bytes]] = {}
 
     def write(self, record: dict[str, Any]) -> None:
         self._buffer.append(orjson.dumps(record, option=_NL))
@@ -62,7 +86,7 @@ class AccessLog:
         if self._file is None:
             self._file = open(self._path, "ab") if self._path else sys.stderr.buffer  # noqa: SIM115
         rows, self._buffer = self._buffer, []
-        data = b"".join(r if isinstance(r, bytes) else _served_line(r) for r in rows)
+        data = _served_lines(rows, self._names)
         try:
             self._file.write(data)
             self._file.flush()

@@ -12,6 +12,7 @@ import asyncio
 
 from inferplane.gateway.asgi import JSON, Send, respond
 from inferplane.gateway.backend import Backend, failure_text
+from inferplane.gateway.deadlines import Deadlines
 from inferplane.gateway.errors import error_body, sse_error_event
 from inferplane.gateway.health import PassiveHealth
 from inferplane.gateway.lora import AdapterHoldings
@@ -33,6 +34,7 @@ class Forwarder:
         self.health = health
         self.metrics = metrics
         self.adapters = adapters
+        self.deadlines = Deadlines()  # first byte / idle / total, one sweep for all
 
     def _retry_replica(
         self, pool: Pool, rec: Record, tried: list[Backend], now: float
@@ -73,8 +75,12 @@ class Forwarder:
         # the replica's fault or the request's is only known from the next attempt: a
         # success elsewhere confirms it, a 5xx elsewhere makes it the request's own.
         suspects: list[Backend] = []
+        task = rec.task or asyncio.current_task()
+        assert task is not None
+        deadlines = self.deadlines
+        deadline = deadlines.start(loop, task, first_deadline)
         try:
-            async with asyncio.timeout_at(first_deadline) as deadline:
+            try:
                 while True:
                     if backend.api_key:
                         auth_line = b"Authorization: Bearer " + backend.api_key.encode() + b"\r\n"
@@ -86,7 +92,8 @@ class Forwarder:
                     error_payload: tuple[int, bytes, bytes] | None = None
                     rec.sent = True
                     trace_lines = (
-                        rec.trace_headers if rec.trace is None
+                        rec.trace_headers
+                        if rec.trace is None
                         else rec.trace.upstream(t_sent, backend.label, backend.url)
                     )
                     try:
@@ -143,6 +150,12 @@ class Forwarder:
                     )  # fmt: skip
                     return
                 await relay_json(conn, send, rid, rec, t_sent, pool, health, responses)
+            except asyncio.CancelledError:
+                if not deadline.timed_out():
+                    raise
+                raise TimeoutError from None
+            finally:
+                deadlines.end(deadline)
         except TimeoutError:
             message = f"upstream timed out (model `{route.name}`)"
             failed = rec.backend
@@ -151,7 +164,7 @@ class Forwarder:
             # a non-streaming answer counts only if the replica's /health fails too. A
             # first-byte or idle timeout is the replica's.
             if failed is not None:
-                if loop.time() < total_deadline - 1e-3:
+                if min(loop.time(), deadline.at) < total_deadline - 1e-3:
                     health.failure(pool, failed, f"{failed.public} timed out")
                 elif not stream:
                     health.confirm_hung(pool, failed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from inferplane.gateway.asgi import JSON, Send, respond
+from inferplane.gateway.deadlines import Deadline
 from inferplane.gateway.errors import error_body, sse_error_event
 from inferplane.gateway.health import PassiveHealth
 from inferplane.gateway.pool import Pool
@@ -64,7 +65,7 @@ async def relay_json(
 
 
 async def relay_stream(
-    conn: Connection, send: Send, rid: bytes, rec: Record, deadline: asyncio.Timeout,
+    conn: Connection, send: Send, rid: bytes, rec: Record, deadline: Deadline,
     t_sent: float, idle_s: float, total_deadline: float, pool: Pool, path: str,
     health: PassiveHealth, responses: ResponseOwners,
 ) -> None:  # fmt: skip
@@ -109,7 +110,7 @@ async def relay_stream(
                         rec.events -= 1  # the error event carries no token
                 else:
                     inband.feed(chunk)
-            deadline.reschedule(min(loop.time() + idle_s, total_deadline))
+            deadline.at = min(loop.time() + idle_s, total_deadline)  # the idle deadline
             chunk = await conn.read_chunk()
         if stripper is not None:
             rest = stripper.flush()
