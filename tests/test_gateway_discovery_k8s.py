@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -568,7 +568,7 @@ async def test_two_gateway_processes_agree_on_limits_routes_and_holds(tmp_path: 
     db = f"sqlite:///{tmp_path / 'shared.db'}"
     store = await Store.open(db)
     _, limited = await create_key(store, "limited", rpm=2)
-    _, free = await create_key(store, "free")
+    free_key, free = await create_key(store, "free")
     await store.close()
     env = {"INFERPLANE_REDIS_URL": REDIS_URL, "INFERPLANE_ADMIN_TOKEN": "admin-secret"}
     body = {"prompt": "hi", "max_tokens": 2}
@@ -604,10 +604,56 @@ async def test_two_gateway_processes_agree_on_limits_routes_and_holds(tmp_path: 
                     await asyncio.sleep(0.2)
             assert {await replica(gw, "v1") for gw in (a, b) for _ in range(3)} == {"v2-0"}
 
+            # Routes: a name made on B, one key's override made on A, the name deleted on
+            # A, a key made on A and revoked on B: each in force on both gateways.
+            admin = {"Authorization": "Bearer admin-secret"}
+
+            async def on_both(check: Callable[[httpx.AsyncClient], Awaitable[bool]]) -> None:
+                for gw in (a, b):
+                    loop = asyncio.get_running_loop()
+                    deadline = loop.time() + 15
+                    while not await check(gw):
+                        assert loop.time() < deadline, "the change did not reach a gateway"
+                        await asyncio.sleep(0.2)
+
+            async def answer(gw: httpx.AsyncClient, model: str, secret: str = free) -> str:
+                """The replica that answered, else the status code."""
+                r = await gw.post(
+                    "/v1/completions",
+                    json={**body, "model": model},
+                    headers={"Authorization": f"Bearer {secret}"},
+                )
+                return r.headers["x-inferplane-replica"] if r.is_success else str(r.status_code)
+
+            assert [await answer(gw, "beta") for gw in (a, b)] == ["404", "404"]
+            r = await b.put("/admin/routes/beta", json={"targets": {"v2": 1}}, headers=admin)
+            assert r.status_code == 200, r.text
+            await on_both(lambda gw: _is(answer(gw, "beta"), "v2-0"))
+            r = await a.put(
+                "/admin/routes/v1",
+                headers=admin,
+                json={"targets": {"v1": 1}, "key_id": free_key.id},
+            )
+            assert r.status_code == 200, r.text
+            await on_both(lambda gw: _is(answer(gw, "v1"), "v1-0"))  # the free key's own
+            r = await a.delete("/admin/routes/beta", headers=admin)
+            assert r.status_code == 200, r.text
+            await on_both(lambda gw: _is(answer(gw, "beta"), "404"))
+            r = await a.post("/admin/keys", json={"name": "late"}, headers=admin)
+            assert r.status_code == 201, r.text
+            late, late_id = r.json()["key"], r.json()["id"]
+            await on_both(lambda gw: _is(answer(gw, "v2", late), "v2-0"))
+            r = await b.post(f"/admin/keys/{late_id}/revoke", headers=admin)
+            assert r.status_code == 200, r.text
+            await on_both(lambda gw: _is(answer(gw, "v2", late), "401"))
+
             # Scale from zero: `night` has no pod; a request on each gateway is held.
-            held = [asyncio.create_task(gw.post("/v1/completions", headers=key,
-                                                json={**body, "model": "night"}))
-                    for gw in (a, b)]
+            held = [
+                asyncio.create_task(
+                    gw.post("/v1/completions", headers=key, json={**body, "model": "night"})
+                )
+                for gw in (a, b)
+            ]
 
             async def queued(gw: httpx.AsyncClient) -> bool:
                 text = (await gw.get("/metrics")).text
@@ -620,8 +666,9 @@ async def test_two_gateway_processes_agree_on_limits_routes_and_holds(tmp_path: 
             # KEDA activates the workload on the held requests (here: gateway B's); its
             # pod starts, is listed not ready, then ready: both held requests go to it.
             h = engines["night"]
-            await api.put_slice("night-x", "night", h.port,
-                                [endpoint(h.host, "night-0", ready=False)])
+            await api.put_slice(
+                "night-x", "night", h.port, [endpoint(h.host, "night-0", ready=False)]
+            )
             await asyncio.sleep(0.5)
             assert not any(t.done() for t in held)  # a pod that is not ready takes nothing
             await api.put_slice("night-x", "night", h.port, [endpoint(h.host, "night-0")])
@@ -632,6 +679,10 @@ async def test_two_gateway_processes_agree_on_limits_routes_and_holds(tmp_path: 
         await api.stop()
         for h in engines.values():
             await h.stop()
+
+
+async def _is(value: Awaitable[object], expected: object) -> bool:
+    return await value == expected
 
 
 @pytest.mark.parametrize(
@@ -666,7 +717,9 @@ def test_cli_discovery_errors_name_the_fix(args: list[str], needle: str, tmp_pat
 def test_cli_discovery_error_exits_2() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "inferplane", "gateway", "--no-tenancy", "--discover", "kubernetes"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
     )
     assert proc.returncode == 2, proc.stderr
