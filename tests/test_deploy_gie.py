@@ -77,7 +77,9 @@ def test_one_pool_per_model_valid_against_the_crd_and_render_check(tmp_path: Pat
             assert all(labels[k] == v for k, v in epp_svc["spec"]["selector"].items())
             args = epp["spec"]["template"]["spec"]["containers"][0]["args"]
             assert args[args.index("--pool-name") + 1] == name
-            assert args[args.index("--pool-namespace") + 1] == "inferplane"
+            assert args[args.index("--pool-namespace") + 1] == "$(POD_NAMESPACE)"
+            (env,) = epp["spec"]["template"]["spec"]["containers"][0]["env"]
+            assert env["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
             assert epp_svc["spec"]["ports"][0]["appProtocol"] == "http2"
         sa, role, binding = docs["epp/rbac.yaml"]
         assert binding["subjects"][0]["name"] == sa["metadata"]["name"] == (

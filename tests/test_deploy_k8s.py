@@ -199,7 +199,11 @@ def test_gateway_objects_and_ingress_limits() -> None:  # P40, P41
     assert dep["spec"]["replicas"] >= 2
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     # Pods are discovered (issue 24): no Service URL, which would be one replica per model.
-    assert args[-4:] == ["--discover", "kubernetes", "--namespace", "inferplane"]
+    # The pod's own namespace (downward API), where its Role is: see the overlay test.
+    assert args[-4:] == ["--discover", "kubernetes", "--namespace", "$(POD_NAMESPACE)"]
+    (env,) = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == {"name": "POD_NAMESPACE",
+                   "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
     assert "--backend" not in args
     assert not [a for a in args if "://" in a or ".svc" in a], args
     pod = dep["spec"]["template"]["spec"]
@@ -285,6 +289,36 @@ def test_kubectl_kustomize_builds(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d]
     assert kinds.count("Deployment") == 4 and "ScaledObject" in kinds
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
+def test_an_overlay_that_moves_the_namespace_moves_what_the_gateway_watches(
+    tmp_path: Path,
+) -> None:
+    # kustomize's `namespace:` moves every object and the RoleBinding's subject, but not
+    # a namespace written into args: the gateway would watch where its Role grants nothing
+    # (403, never ready). The kubelet's expansion of the downward API follows the pod.
+    fleet, plan, text = s0()
+    render(fleet, plan, "k8s", tmp_path / "base",
+           options=RenderOptions(fleet_text=text, inference_pool=True, epp_image="epp:1"))
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "namespace: llm-prod\nresources:\n- base\n")
+    result = subprocess.run([str(KUBECTL), "kustomize", str(tmp_path)], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    roles = [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    assert {d["metadata"]["namespace"] for d in roles} == {"llm-prod"}
+    watchers = [d for d in docs if d["kind"] == "Deployment"
+                and d["metadata"]["name"] in ("inferplane-gateway", "qwen3-30b-a3b-epp")]
+    assert len(watchers) == 2
+    for dep in watchers:
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        assert "inferplane" not in c["args"], c["args"]  # no namespace of the render's
+        assert "$(POD_NAMESPACE)" in c["args"]
+        assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]} == {
+            "POD_NAMESPACE": "metadata.namespace"}
 
 
 def test_placement_node_pins_render_as_hostname_selectors() -> None:

@@ -26,6 +26,18 @@ LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
 LWS_SUFFIX = "-lws"  # the LWS controller names its headless Service after the LWS
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# A pod's own namespace, from the downward API: what the gateway watches and a picker's
+# pool lives in. An overlay that moves the objects (kustomize `namespace:`) moves their
+# Roles too, so a namespace written into the args would watch where they grant nothing.
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+POD_NAMESPACE = f"$({POD_NAMESPACE_ENV})"  # the kubelet expands it in args
+
+
+def pod_namespace_env() -> dict[str, Any]:
+    return {
+        "name": POD_NAMESPACE_ENV,
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+    }
 
 
 @dataclass(frozen=True)
@@ -111,8 +123,7 @@ class K8sContext:
     @property
     def image(self) -> str:
         engine = self.fleet.engine
-        return engine_image(engine.kind, engine.version, engine.image, self.options,
-                            engine.device)
+        return engine_image(engine.kind, engine.version, engine.image, self.options, engine.device)
 
     @cached_property
     def workloads(self) -> list[Workload]:
@@ -145,7 +156,8 @@ class K8sContext:
                 raise InferplaneError(
                     "a LeaderWorkerSet would get the name of a model's Service (the LWS "
                     "controller creates a headless Service with its own name)",
-                    field="models", value=workload.name,
+                    field="models",
+                    value=workload.name,
                     fix="rename the model whose name ends in -lws",
                 )
         return sorted(workloads, key=lambda w: w.name)
@@ -211,7 +223,9 @@ class K8sContext:
                     common = {k: v for k, v in common.items() if labels.get(k) == v}
                 if common:
                     return dict(sorted(common.items()))
-        value = gpu_type if _LABEL_VALUE.match(gpu_type) and len(gpu_type) <= 63 else (
-            object_name(gpu_type)
+        value = (
+            gpu_type
+            if _LABEL_VALUE.match(gpu_type) and len(gpu_type) <= 63
+            else (object_name(gpu_type))
         )
         return {self.options.gpu_type_label: value}

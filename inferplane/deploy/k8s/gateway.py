@@ -9,7 +9,7 @@ import hashlib
 import math
 from typing import Any
 
-from inferplane.deploy.k8s.context import K8sContext
+from inferplane.deploy.k8s.context import POD_NAMESPACE, K8sContext, pod_namespace_env
 from inferplane.deploy.names import LABEL_COMPONENT, LABEL_PART_OF, PART_OF
 from inferplane.errors import InferplaneError
 
@@ -66,7 +66,7 @@ def gateway_args(ctx: K8sContext) -> list[str]:
     return ["gateway", "--fleet", f"{CONFIG_MOUNT}/fleet.yaml",
             "--plan", f"{CONFIG_MOUNT}/{PLAN_FILE}", "--host", "0.0.0.0",
             "--port", str(ctx.fleet.gateway.port),
-            "--discover", "kubernetes", "--namespace", ctx.namespace]
+            "--discover", "kubernetes", "--namespace", POD_NAMESPACE]
 
 
 def rbac(ctx: K8sContext) -> list[dict[str, Any]]:
@@ -103,6 +103,7 @@ def deployment(ctx: K8sContext, config_hash: str) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["inferplane"],
         "args": gateway_args(ctx),
+        "env": [pod_namespace_env()],
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "1", "memory": "512Mi"},
                       "limits": {"memory": "2Gi"}},

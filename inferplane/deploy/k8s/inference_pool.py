@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplane.deploy.k8s.context import K8sContext
+from inferplane.deploy.k8s.context import POD_NAMESPACE, K8sContext, pod_namespace_env
 from inferplane.deploy.k8s.services import model_selector
 from inferplane.deploy.names import LABEL_COMPONENT, LABEL_PART_OF, PART_OF, object_name
 
@@ -94,9 +94,10 @@ def epp_deployment(ctx: K8sContext, model: str, image: str) -> dict[str, Any]:
         "name": "epp",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "args": ["--pool-name", pool_name(model), "--pool-namespace", ctx.namespace,
+        "args": ["--pool-name", pool_name(model), "--pool-namespace", POD_NAMESPACE,
                  "--grpc-port", str(EPP_GRPC_PORT),
                  "--grpc-health-port", str(EPP_HEALTH_PORT)],
+        "env": [pod_namespace_env()],
         "ports": [{"name": "grpc", "containerPort": EPP_GRPC_PORT, "protocol": "TCP"},
                   {"name": "grpc-health", "containerPort": EPP_HEALTH_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": EPP_METRICS_PORT, "protocol": "TCP"}],
