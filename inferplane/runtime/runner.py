@@ -352,6 +352,9 @@ class Runtime:
     async def wait_settled(self, timeout_s: float | None = None) -> bool:
         """Wait until every instance is ready (True) or some failed for good (False)."""
         ok = await self.supervisor.wait_settled(timeout_s)
+        # What each replica holds (its --lora-modules) before the "running" state that `up`
+        # prints, rather than after the gateway's next periodic read.
+        await self.gateway.adapters.read_all()
         self.phase = "running"
         self._write_state()
         return ok

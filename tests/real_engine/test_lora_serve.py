@@ -154,6 +154,8 @@ def fleet(vllm_venv: Path, tiny_models: dict[str, Path],
         logs = "\n".join((state / "logs" / f"{i.id}.log").read_text(errors="replace")[-4000:]
                          for i in moved if (state / "logs" / f"{i.id}.log").exists())
         assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{logs}"
+        # the status `up` prints once ready names what the engine loaded (--lora-modules)
+        assert f"{moved[0].id} adapters: {ADAPTER}" in up.stdout, up.stdout
         pids = [i["pid"] for i in out.instances() if i["pid"]]
         plain.wait_ready()
         yield out
