@@ -218,6 +218,12 @@ def _ratio(rows: list[Row], metric: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _fields(values: dict[str, Any]) -> dict[str, Any]:
+    """Calibration fields chosen by name at run time, for `replace(cal, **...)` (a name
+    the dataclass lacks still fails there)."""
+    return values
+
+
 def _clamp(value: float, low: float, high: float) -> float:
     return max(low, min(high, value))
 
@@ -335,7 +341,7 @@ def fit(points: list[dict[str, Any]], start: Calibrations, rounds: int = 3,
                     base = formats.get(fmt, cal.format_factor(fmt))
                     if (q := _inverse_ratio(of_fmt, "throughput")) is not None:
                         formats[fmt] = round(_clamp(base * q, 0.1, 1.5), 3)
-                cal = replace(cal, **{kind: tuple(sorted(formats.items()))})
+                cal = replace(cal, **_fields({kind: tuple(sorted(formats.items()))}))
             cals[g] = cal
             log(f"round {n + 1} {g}: {describe(cals[g])}")
         log(f"round {n + 1} serving paths: {PATH_OVERHEAD_S}")
@@ -391,8 +397,8 @@ def fit_moe(points: list[dict[str, Any]], start: Calibrations, rounds: int = 4,
                         and r.point["workload"]["mean_input_len"] >= 2000
                         and attention_kind(r.point) == kind]
                 if (q := _median_ratio(long, "ttft")) is not None:
-                    cal = replace(cal, **{name: round(_clamp(getattr(cal, name) * q,
-                                                             0.05, 1.5), 4)})
+                    cal = replace(cal, **_fields({name: round(_clamp(getattr(cal, name) * q,
+                                                                     0.05, 1.5), 4)}))
             if not any(attention_kind(r.point) == "mla" for r in mine):
                 # No dense-MLA runs: R1/V3 borrow V3.2's factor (MLA prefill is unabsorbed
                 # on both paths) rather than running at 1.0 unbacked.
@@ -427,8 +433,8 @@ def _with(cal: Calibration, name: str, value: float) -> Calibration:
         kind, fmt = name.split(":", 1)
         field = _FORMAT_FIELDS[kind]
         formats = dict(getattr(cal, field)) | {fmt: round(value, 3)}
-        return replace(cal, **{field: tuple(sorted(formats.items()))})
-    return replace(cal, **{name: value})
+        return replace(cal, **_fields({field: tuple(sorted(formats.items()))}))
+    return replace(cal, **_fields({name: value}))
 
 
 def _value(cal: Calibration, name: str) -> float | None:
@@ -546,6 +552,40 @@ def bands_document(rows: list[Row], skipped: list[str]) -> dict[str, Any]:
     }
 
 
+REGIMES = ("burst, short prompts", "burst, ShareGPT", "long prompts", "capped or paced")
+
+
+def regime(point: dict[str, Any]) -> str:
+    """The load shape of a run, where the simulator's errors differ in sign: a burst of
+    short prompts with few outputs (prefill and admission), a ShareGPT burst (admission
+    then decode), prompts of >= 2000 tokens (prefill compute), or a concurrency cap or
+    request rate (the engine never holds the whole queue)."""
+    w = point["workload"]
+    if w.get("max_concurrency") or w.get("request_rate"):
+        return REGIMES[3]
+    if w["mean_input_len"] >= 2000:
+        return REGIMES[2]
+    if w["mean_output_len"] < MIN_TPOT_OUTPUT:
+        return REGIMES[0]
+    return REGIMES[1]
+
+
+def regime_summary(rows: list[Row]) -> list[tuple[str, str, int, dict[str, float | None]]]:
+    """Signed median error per metric for each (family, regime): its sign is the bias."""
+    out = []
+    for fam in ("dense", "moe"):
+        for name in REGIMES:
+            mine = [r for r in rows if family(r.point) == fam and regime(r.point) == name]
+            if not mine:
+                continue
+            signed: dict[str, float | None] = {}
+            for m in METRICS:
+                errs = [r.error(m) for r in mine if m in r.metrics]
+                signed[m] = round(statistics.median(errs), 1) if errs else None
+            out.append((fam, name, len(mine), signed))
+    return out
+
+
 def print_report(rows: list[Row | str], split: str) -> tuple[list[Row], list[str]]:
     ok = [r for r in rows if isinstance(r, Row)]
     skipped = [r for r in rows if isinstance(r, str)]
@@ -581,4 +621,9 @@ def print_report(rows: list[Row | str], split: str) -> tuple[list[Row], list[str
     cells = medians(ok)
     print(f"  overall               n={len(ok):3}: {cells}; "
           f"{len(skipped)} not replayed")
+    print(f"\nsigned median error % ({split}) per family and load shape (sim - published):")
+    for fam, name, n, signed in regime_summary(ok):
+        cells = ", ".join(f"{m} {v:+.1f}" if v is not None else f"{m} -"
+                          for m, v in signed.items())
+        print(f"  {fam:5} {name:21} n={n:3}: {cells}")
     return ok, skipped

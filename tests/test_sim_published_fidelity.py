@@ -186,3 +186,17 @@ def test_bands_name_what_no_data_backs() -> None:
         assert generation(lookup_gpu(name)) == gen
         assert gen in other.statement and f"not on {name} itself" in other.statement
         assert any(name in m for m in other.missing)
+
+
+def test_runs_are_grouped_by_load_shape(pf: ModuleType) -> None:
+    points = {p["id"]: p for p in pf.load_points()}
+    assert pf.regime(points["gpustack-qwen3-235b-a22b-h100-6"]) == "burst, short prompts"
+    assert pf.regime(points["gpustack-qwen3-235b-a22b-h100-0"]) == "burst, ShareGPT"
+    assert pf.regime(points["gpustack-qwen3-235b-a22b-h100-4"]) == "long prompts"
+    assert pf.regime(points["gpustack-gpt-oss-120b-a100-9"]) == "capped or paced"
+    row = pf.Row(points["gpustack-qwen3-235b-a22b-h100-6"],
+                 {"ttft": 100.0, "tpot": 10.0, "throughput": 50.0},
+                 {"ttft": 50.0, "tpot": 10.0, "throughput": 75.0})
+    # A 4-token run is not compared on TPOT; the signs say which way the model errs.
+    assert pf.regime_summary([row]) == [
+        ("moe", "burst, short prompts", 1, {"ttft": -50.0, "tpot": None, "throughput": 50.0})]
