@@ -63,18 +63,25 @@ def load(harness: Path, port: int, key: str, seconds: int, conc: int,
 
 
 def rps(proc: subprocess.Popen[str], seconds: int) -> float:
+    return measure(proc, seconds)[0]
+
+
+def measure(proc: subprocess.Popen[str], seconds: int) -> tuple[float, float, float]:
+    """RPS and the p50 and p99 latency in ms (NaN where the load generator gives none)."""
     out, _ = proc.communicate(timeout=seconds + 60)
-    m = re.search(r'WRKJSON .*"requests":(\d+),"duration_us":(\d+).*"err_status":(\d+)', out)
+    m = re.search(r'WRKJSON .*"requests":(\d+),"duration_us":(\d+).*"err_status":(\d+)'
+                  r'.*"lat_p50_us":(\d+).*"lat_p99_us":(\d+)', out)  # fmt: skip
     if m is not None:
         if int(m.group(3)):
             sys.exit(f"wrk saw {m.group(3)} non-2xx answers")
-        return int(m.group(1)) / (int(m.group(2)) / 1e6)
+        return (int(m.group(1)) / (int(m.group(2)) / 1e6), int(m.group(4)) / 1e3,
+                int(m.group(5)) / 1e3)  # fmt: skip
     for line in out.splitlines():  # stream_load.js: one JSON summary line
         if line.startswith("STREAMJSON "):
             summary = json.loads(line.removeprefix("STREAMJSON "))
             if summary.get("errors") or summary.get("bad_streams"):
                 sys.exit(f"stream load saw errors: {summary}")
-            return float(summary["rps"])
+            return float(summary["rps"]), float("nan"), float("nan")
     sys.exit(f"the load generator printed no summary:\n{out[-2000:]}")
 
 
@@ -134,19 +141,25 @@ def main() -> None:
                 wait_ready(port)
             for name, port in ports.items():  # warm-up, not recorded
                 rps(load(args.harness, port, keys[name], 2, args.concurrency, args.stream), 2)
-            ratios = []
+            ratios, p99s = [], []
             for r in range(1, args.rounds + 1):
                 runs = {n: load(args.harness, p, keys[n], args.duration, args.concurrency,
                                 args.stream) for n, p in ports.items()}  # fmt: skip
-                got = {n: rps(proc, args.duration) for n, proc in runs.items()}
-                ratios.append(got["B"] / got["A"])
-                print(f"round {r}: A ({args.ref}) {got['A']:,.0f} RPS, B "
-                      f"({'control' if args.control else 'working tree'}) {got['B']:,.0f} "
-                      f"RPS, B/A {ratios[-1]:.3f}", flush=True)  # fmt: skip
+                got = {n: measure(proc, args.duration) for n, proc in runs.items()}
+                ratios.append(got["B"][0] / got["A"][0])
+                p99s.append((got["A"][2], got["B"][2]))
+                print(f"round {r}: A ({args.ref}) {got['A'][0]:,.0f} RPS "
+                      f"p50/p99 {got['A'][1]:.2f}/{got['A'][2]:.2f} ms, B "
+                      f"({'control' if args.control else 'working tree'}) {got['B'][0]:,.0f} "
+                      f"RPS p50/p99 {got['B'][1]:.2f}/{got['B'][2]:.2f} ms, B/A "
+                      f"{ratios[-1]:.3f}", flush=True)  # fmt: skip
             ratios.sort()
             mode = ("stream" if args.stream else "non-stream") + f" c={args.concurrency}"
             mode += ", tenancy" if args.tenancy else ", bare"
             print(f"median B/A ({mode}): {ratios[len(ratios) // 2]:.3f}")
+            mid = len(p99s) // 2
+            print(f"median p99 ms: A {sorted(a for a, _ in p99s)[mid]:.2f}, "
+                  f"B {sorted(b for _, b in p99s)[mid]:.2f}")  # fmt: skip
         finally:
             for proc in procs:
                 stop(proc)

@@ -375,3 +375,31 @@ def test_a_failed_startup_stops_the_server_before_it_listens() -> None:
         assert not server.started and not server.servers
 
     asyncio.run(run())
+
+
+def test_after_startup_runs_once_the_startup_is_done_and_before_listening() -> None:
+    events: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "lifespan"
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                events.append("startup")
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def run() -> None:
+        server: NativeServer
+
+        def after() -> None:
+            events.append(f"after (listening: {bool(server.servers)})")
+            server.should_exit = True
+
+        server = NativeServer(app, "127.0.0.1", 0, Connections(), after_startup=after)
+        await server.serve()
+
+    asyncio.run(run())
+    assert events == ["startup", "after (listening: False)"]

@@ -61,7 +61,7 @@ def _served_lines(
 
 
 class AccessLog:
-    def __init__(self, path: str | None = None, flush_interval_s: float = 0.2) -> None:
+    def __init__(self, path: str | None = None, flush_interval_s: float = 0.02) -> None:
         self._path = path
         self._file: IO[bytes] | None = None
         self._buffer: list[bytes | ServedRow] = []

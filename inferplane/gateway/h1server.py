@@ -11,6 +11,7 @@ import contextlib
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -87,6 +88,7 @@ class NativeServer:
         connections: Connections,
         backlog: int = 4096,
         timeout_graceful_shutdown: float | None = None,
+        after_startup: Callable[[], None] | None = None,
     ) -> None:
         self.app = app
         self.host = host
@@ -95,6 +97,7 @@ class NativeServer:
         self.backlog = backlog
         self.timeout_graceful_shutdown = timeout_graceful_shutdown
         self.lifespan = Lifespan(app)
+        self.after_startup = after_startup  # run once the app's startup is done
         self.servers: list[asyncio.Server] = []
         self.started = False
         self.should_exit = False
@@ -124,6 +127,8 @@ class NativeServer:
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         await self.lifespan.startup()
+        if self.after_startup is not None:
+            self.after_startup()
         loop = asyncio.get_running_loop()
         if sockets:
             sock = sockets[0]

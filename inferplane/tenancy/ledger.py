@@ -122,7 +122,7 @@ class UsageLedger:
     def __init__(
         self,
         store: Store,
-        flush_interval_s: float = 1.0,
+        flush_interval_s: float = 0.25,
         max_buffer: int = 200_000,
         batch_size: int = 5_000,
         max_backoff_s: float = 30.0,

@@ -175,7 +175,7 @@ class Tenancy:
         auth: AuthMode = "auto",
         default_limits: Limits | None = None,
         refresh_s: float = 2.0,
-        ledger_flush_s: float = 1.0,
+        ledger_flush_s: float = 0.25,
         admin_token: str | None = None,
         replica: str | None = None,
         clock: Callable[[], float] = time.time,
