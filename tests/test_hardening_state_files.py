@@ -188,4 +188,56 @@ def test_a_full_state_disk_does_not_stop_the_runtime(
         def status(self) -> dict[str, str]:
             return {"phase": "running"}
 
-    Runtime._write_state(Fake())  # type: ignore[arg-type]  # logs, does not raise
+    assert Runtime._write_state(Fake()) is False  # type: ignore[arg-type]  # logs, no raise
+
+
+def test_state_json_catches_up_once_a_full_disk_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by hand from a fresh clone (issue 30 item 11): an engine killed while the
+    state disk was full was restarted, but state.json kept naming the dead pid (restarts 0)
+    after space was freed, until some later transition."""
+    import errno
+    from types import SimpleNamespace
+
+    from inferplane.runtime.instances import Instance
+    from inferplane.runtime.runner import Runtime
+    from inferplane.runtime.supervisor import Supervisor
+
+    state = StateDir(tmp_path / "state")
+    state.path.mkdir()
+    disk = {"full": True}
+    written: list[object] = []
+
+    def write(status: object) -> None:
+        if disk["full"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(status)
+
+    monkeypatch.setattr(state, "write", write)
+
+    class Fake:
+        state_dir = state
+        _targets = None
+        _write_state = Runtime._write_state
+
+        def __init__(self) -> None:
+            self._asleep: dict[str, object] = {}
+            self._parked: set[str] = set()
+            self._by_instance = {"chat-0": SimpleNamespace(ready=True)}
+
+        def status(self) -> dict[str, str]:
+            return {"phase": "running"}
+
+    fake = Fake()
+    supervisor = Supervisor(
+        [Instance("chat-0", "chat", "chat", 0, 1, "sim", ())], tmp_path / "logs",
+        on_change=lambda rec: Runtime._on_change(fake, rec),  # type: ignore[arg-type]
+    )  # fmt: skip
+    rec = supervisor.records["chat-0"]
+    rec.state = "ready"
+    supervisor._notify(rec)  # the restart's transition, on a full disk
+    assert written == [] and rec.check_error is not None
+    disk["full"] = False
+    supervisor._checked(rec)  # the next probe that gets an answer
+    assert written == [{"phase": "running"}] and rec.check_error is None

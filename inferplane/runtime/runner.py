@@ -742,7 +742,11 @@ class Runtime:
             backend.ready = ready
             # set_backends keeps the same objects and hands free slots to queued requests.
             self.gateway.state.set_backends(rec.instance.model, self.backends[rec.instance.model])
-        self._write_state()
+        if not self._write_state():
+            # The supervisor marks the instance stale and publishes it again after its next
+            # answered probe: state.json catches up once the disk has room, not at the next
+            # transition (a restart during a full disk left `status` naming the dead pid).
+            raise OSError(f"{self.state_dir.state_file} not written")
 
     def status(self) -> dict[str, Any]:
         return {
@@ -806,7 +810,8 @@ class Runtime:
         """STATE/state.json now (the autoscaler calls it after each event)."""
         self._write_state()
 
-    def _write_state(self) -> None:
+    def _write_state(self) -> bool:
+        """Write state.json; False when it could not be written (a full state disk)."""
         if self.state_dir.path.exists():
             status = self.status()
             try:
@@ -815,3 +820,5 @@ class Runtime:
                     refresh_targets(self._targets, status)
             except OSError as exc:  # a full state disk must not stop supervision (restarts)
                 _gateway_log.warning("cannot write %s: %s", self.state_dir.state_file, exc)
+                return False
+        return True
