@@ -47,7 +47,7 @@ from inferplane.doctor.logtext import read_lines
 DATA = Path(__file__).parents[1] / "tests" / "data" / "diagnose"
 OUTCOMES = ("fully explained", "recognized", "generic-only", "similar-only", "wrong",
             "missed")
-SPLITS = ("train", "heldout-17")
+SPLITS = ("train", "heldout-17", "heldout-18")
 # rows of train shown on their own: where a log came from, not a separate split
 GROUPS = {
     "train: was heldout": lambda r: r["held_out_in"] == "heldout",
