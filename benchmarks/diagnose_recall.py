@@ -66,6 +66,8 @@ GROUPS = {
     "train: was heldout-14": lambda r: r["held_out_in"] == "heldout-14",
     "train: was heldout-15": lambda r: r["held_out_in"] == "heldout-15",
     "train: was heldout-16": lambda r: r["held_out_in"] == "heldout-16",
+    "train: was heldout-17": lambda r: r["held_out_in"] == "heldout-17",
+    "train: was heldout-18": lambda r: r["held_out_in"] == "heldout-18",
     "train: real-cpu-* (real vLLM)": lambda r: r["file"].startswith("real-cpu-"),
 }
 
