@@ -47,7 +47,7 @@ from inferplane.doctor.logtext import read_lines
 DATA = Path(__file__).parents[1] / "tests" / "data" / "diagnose"
 OUTCOMES = ("fully explained", "recognized", "generic-only", "similar-only", "wrong",
             "missed")
-SPLITS = ("train", "heldout-17")
+SPLITS = ("train", "heldout-17", "heldout-18")
 # rows of train shown on their own: where a log came from, not a separate split
 GROUPS = {
     "train: was heldout": lambda r: r["held_out_in"] == "heldout",
@@ -66,6 +66,8 @@ GROUPS = {
     "train: was heldout-14": lambda r: r["held_out_in"] == "heldout-14",
     "train: was heldout-15": lambda r: r["held_out_in"] == "heldout-15",
     "train: was heldout-16": lambda r: r["held_out_in"] == "heldout-16",
+    "train: was heldout-17": lambda r: r["held_out_in"] == "heldout-17",
+    "train: was heldout-18": lambda r: r["held_out_in"] == "heldout-18",
     "train: real-cpu-* (real vLLM)": lambda r: r["file"].startswith("real-cpu-"),
 }
 

@@ -110,9 +110,10 @@ def read_context(text: str) -> LogContext:
 
     facts = parse_startup_log(text)
     ctx = LogContext(vllm_version=facts.vllm_version)
+    # a report's own template placeholder (`vllm serve {model_name}`) is not a model name
     ctx.model = _first(
         text, r"\bmodel='([^']+)'", r"'model': '([^']+)'", r"model_tag='([^']+)'",
-        r"vllm serve\s+(?!-)(\S+)", r"--model[= ](\S+)",
+        r"vllm serve\s+(?![-{<])(\S+)", r"--model[= ](?![{<])(\S+)",
     )
     tp = _first(
         text, r"tensor_parallel_size=(\d+)", r"'tensor_parallel_size': (\d+)",
