@@ -130,6 +130,8 @@ def test_up_without_tenancy_admits_anyone(tmp_path: Path, fleet_file: Path) -> N
     done = _cli("up", str(fleet_file), "--detach", "--state-dir", str(state_dir),
                 "--gateway-port", "0", "--no-tenancy", "--db", "sqlite:///" + str(tmp_path / "x"))
     assert done.returncode == 0, done.stdout + done.stderr
+    pid = StateDir(state_dir).running_pid()
+    assert pid is not None
     try:
         status = json.loads((state_dir / "state.json").read_text())
         assert status["tenancy"] is None
@@ -137,7 +139,10 @@ def test_up_without_tenancy_admits_anyone(tmp_path: Path, fleet_file: Path) -> N
                           json=_chat_body(), timeout=30)
         assert resp.status_code == 200
     finally:
-        assert _cli("down", "--state-dir", str(state_dir)).returncode == 0
+        down = _cli("down", "--state-dir", str(state_dir))
+    assert down.returncode == 0 and f"fleet stopped (pid {pid})" in down.stdout, down.stderr
+    # "stopped" means the `up` process is gone, not only its state file
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not (state_dir / "inferplane.db").exists() and not (tmp_path / "x").exists()
 
 

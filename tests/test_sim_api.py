@@ -195,3 +195,30 @@ async def test_faults_load_time_fail_rate_crash_hang() -> None:
     finally:
         for handle in (loading, failing, hanging, crashing):
             await handle.stop()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_non_streamed_request_aborts_when_its_client_disconnects(path: str) -> None:
+    # vLLM's with_cancellation: a client gone mid-generation frees its slot at once.
+    faults = FaultConfig(slowdown=50.0)  # ~2000 tokens at 50x: minutes if it kept running
+    config = SimEngineConfig(model="sim-chat", max_model_len=2048, faults=faults)
+    with EngineHost([config]) as handles:
+        url = handles[0].url
+        body: dict[str, object] = {
+            "model": "sim-chat", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2000, "ignore_eos": True,
+        }
+        if path == "/v1/responses":
+            body = {"model": "sim-chat", "input": "hi", "max_output_tokens": 2000,
+                    "ignore_eos": True}
+        timeout = httpx.Timeout(10.0, read=1.0)
+        with httpx.Client(timeout=timeout) as http, pytest.raises(httpx.ReadTimeout):
+            http.post(url + path, json=body)  # closed on the timeout
+        seen: dict[str, float] = {}
+        for _ in range(200):  # poll: the abort lands within a few scheduler steps
+            seen = _metrics(url)
+            if seen.get("vllm:num_requests_running") == 0:
+                break
+            asyncio.run(asyncio.sleep(0.05))
+        assert seen.get("vllm:num_requests_running") == 0
+        assert seen.get("vllm:request_success_total:abort") == 1

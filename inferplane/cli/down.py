@@ -33,7 +33,11 @@ def down(
     hint = "`inferplane down --force` cuts it short"
     progress = FleetProgress(Console(highlight=False), force_hint=hint)
     try:
-        pid = control.stop_fleet(state, timeout_s, force, progress.update)
+        stopped = control.stop_fleet(state, timeout_s, force, progress.update)
     finally:
         progress.close()
-    typer.echo(f"fleet stopped (pid {pid})")
+    if not stopped.exited:  # its state is released, but the process is not gone (yet)
+        typer.echo(f"fleet released its state, but pid {stopped.pid} had not exited after "
+                   f"{timeout_s:g} s", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"fleet stopped (pid {stopped.pid})")

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from inferplane.errors import InferplaneError
 from inferplane.runtime.process import rotate_files
@@ -152,7 +152,11 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie has exited; only its parent has not reaped it yet (Linux /proc)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def stop_starting(pid: int, timeout_s: float) -> bool:
@@ -170,12 +174,20 @@ def stop_starting(pid: int, timeout_s: float) -> bool:
     return True
 
 
+class Stopped(NamedTuple):
+    """What `stop_fleet` saw: the `up` pid, and whether its process has exited."""
+
+    pid: int
+    exited: bool
+
+
 def stop_fleet(
     state: StateDir, timeout_s: float, force: bool = False, progress: Progress | None = None
-) -> int:
+) -> Stopped:
     """Ask the `up` owning `state` to drain and stop (SIGTERM; SIGKILL-grade force with a
     second signal when `force`); wait until it exits, its state going to `progress` on every
-    poll (phase "draining" with `gateway.in_flight`). Returns its pid."""
+    poll (phase "draining" with `gateway.in_flight`). `exited` is False when `up` released
+    its state but its process was still there when `timeout_s` ran out."""
     pid = state.running_pid()
     if pid is None:
         raise InferplaneError(
@@ -199,7 +211,13 @@ def stop_fleet(
                 fix="run `inferplane down --force`, or wait for long requests to finish",
             )
         time.sleep(0.1)
-    return pid
+    # `up` releases its state before its interpreter has exited (atexit, engines' pipes):
+    # "stopped" is said only once the process itself is gone.
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return Stopped(pid, exited=False)
+        time.sleep(0.05)
+    return Stopped(pid, exited=True)
 
 
 async def run_foreground(

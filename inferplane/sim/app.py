@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from inferplane.sim.disconnect import unless_disconnected
 from inferplane.sim.engine import SimEngine
 from inferplane.sim.fields import Fields, chat_fields, chat_validators, completion_fields
 from inferplane.sim.generate import Generation, Prompt
@@ -363,7 +364,10 @@ class EngineApp:
         generation.submit()
         if sampling.stream:
             return StreamingResponse(generation.stream(), media_type="text/event-stream")
-        return _OrjsonResponse(await generation.body())
+        body = await unless_disconnected(request, generation.body())
+        if body is None:  # the client is gone: nothing is sent (vLLM's handler returns None)
+            return Response(status_code=499)
+        return _OrjsonResponse(body)
 
     def _prompt_ids(self, prompt: Any) -> list[int]:
         """One prompt's ids (embeddings inputs): a string or a list of token ids."""

@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from inferplane.sim.disconnect import unless_disconnected
 from inferplane.sim.protocol import ApiError
 from inferplane.sim.scheduler import SimRequest, TokenEvent
 from inferplane.sim.tokens import apply_stop, chat_prompt_ids, visible_text
@@ -224,7 +225,8 @@ class ResponsesApi:
             self.tasks[response_id] = task
             task.add_done_callback(lambda _: self.tasks.pop(response_id, None))
             return _json(_public(queued))
-        await app._collect(sim, queue)
+        if not await unless_disconnected(request, self._collected(sim, queue)):
+            return Response(status_code=499)  # the client is gone; its _collect aborted it
         final = turn.finish(sim)
         if store:
             self._keep(final)
@@ -305,6 +307,10 @@ class ResponsesApi:
             if sim.finished_s is None:
                 self.app.engine.abort(sim)
             self.app.engine.release(sim)
+
+    async def _collected(self, sim: SimRequest, queue: asyncio.Queue[TokenEvent]) -> bool:
+        await self.app._collect(sim, queue)
+        return True
 
     # -- by id -----------------------------------------------------------------------
 
