@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, c in report.items():
         feat, fam = name.split(" | ", 1)
         g = c["usual_gate"]
-        gate = ", ".join(f"{k} {v}" for k, v in g.items() if k != "folds")
+        usual = {k: v for k, v in g.items() if k != "folds"}
+        never = usual == vars(NEVER)
+        gate = "no setting qualifies" if never else ", ".join(f"{k} {v}" for k, v in usual.items())
         print(
             f"| {feat} | {fam} | {c['mean']['right_pct']}% | {c['mean']['wrong_pct']}% "
             f"| {c['worst_wrong_pct']}% | {c['near_miss_fired']} / {c['near_misses']} "
