@@ -47,29 +47,12 @@ from inferplane.doctor.logtext import read_lines
 DATA = Path(__file__).parents[1] / "tests" / "data" / "diagnose"
 OUTCOMES = ("fully explained", "recognized", "generic-only", "similar-only", "wrong",
             "missed")
-SPLITS = ("train", "heldout-17", "heldout-18")
 # rows of train shown on their own: where a log came from, not a separate split
 GROUPS = {
-    "train: was heldout": lambda r: r["held_out_in"] == "heldout",
-    "train: was heldout-2": lambda r: r["held_out_in"] == "heldout-2",
-    "train: was heldout-3": lambda r: r["held_out_in"] == "heldout-3",
-    "train: was heldout-4": lambda r: r["held_out_in"] == "heldout-4",
-    "train: was heldout-5": lambda r: r["held_out_in"] == "heldout-5",
-    "train: was heldout-6": lambda r: r["held_out_in"] == "heldout-6",
-    "train: was heldout-7": lambda r: r["held_out_in"] == "heldout-7",
-    "train: was heldout-8": lambda r: r["held_out_in"] == "heldout-8",
-    "train: was heldout-9": lambda r: r["held_out_in"] == "heldout-9",
-    "train: was heldout-10": lambda r: r["held_out_in"] == "heldout-10",
-    "train: was heldout-11": lambda r: r["held_out_in"] == "heldout-11",
-    "train: was heldout-12": lambda r: r["held_out_in"] == "heldout-12",
-    "train: was heldout-13": lambda r: r["held_out_in"] == "heldout-13",
-    "train: was heldout-14": lambda r: r["held_out_in"] == "heldout-14",
-    "train: was heldout-15": lambda r: r["held_out_in"] == "heldout-15",
-    "train: was heldout-16": lambda r: r["held_out_in"] == "heldout-16",
-    "train: was heldout-17": lambda r: r["held_out_in"] == "heldout-17",
-    "train: was heldout-18": lambda r: r["held_out_in"] == "heldout-18",
-    "train: real-cpu-* (real vLLM)": lambda r: r["file"].startswith("real-cpu-"),
+    f"train: was {name}": (lambda r, name=name: r["held_out_in"] == name)
+    for name in ["heldout"] + [f"heldout-{n}" for n in range(2, 19)]
 }
+GROUPS["train: real-cpu-* (real vLLM)"] = lambda r: r["file"].startswith("real-cpu-")
 
 
 def outcome(text: str, expected: str, source: str) -> str:
@@ -102,7 +85,8 @@ def evaluate(data: Path = DATA) -> dict[str, Any]:
                      "held_out_in": fx.get("held_out_in"),
                      "outcome": outcome(text, fx["signature"], fx["file"]),
                      "generic_alone": alone.rule.class_of if alone else None})
-    summary = {s: _summary([r for r in rows if r["split"] == s]) for s in SPLITS}
+    splits = ["train", *sorted({r["split"] for r in rows} - {"train"})]  # the sets not yet measured
+    summary = {s: _summary([r for r in rows if r["split"] == s]) for s in splits}
     summary |= {g: _summary([r for r in rows if r["split"] == "train" and keep(r)])
                 for g, keep in GROUPS.items()}
     return {"fixtures": rows, "summary": summary}
