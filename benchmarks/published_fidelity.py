@@ -27,6 +27,7 @@ from inferplane.sim.config import SimEngineConfig
 from inferplane.sim.core import EngineCore, KvCapacity
 from inferplane.sim.formats import generation
 from inferplane.sim.formats import weight_format as format_name
+from inferplane.sim.frontend import chat_frontend_s
 from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
 from inferplane.sim.timing import DEFAULT_CALIBRATION, Calibration, calibration_for
 
@@ -176,9 +177,12 @@ def replay(point: dict[str, Any], calibration: Calibration | None = None) -> Row
         parts.timing,
     )
     w = point["workload"]
+    frontend_s = chat_frontend_s(calibration, _profile(point["model"]).model_type,
+                                 endpoint(point))
     result = run_workload(core, workload(point), max_concurrency=w["max_concurrency"],
                           request_rate=w.get("request_rate"),
-                          poisson_seed=0 if w.get("arrivals") == "poisson" else None)
+                          poisson_seed=0 if w.get("arrivals") == "poisson" else None,
+                          frontend_s=frontend_s)
     measured = point["measured"]
     published = {"ttft": measured["mean_ttft_ms"], "tpot": measured["median_tpot_ms"],
                  "throughput": measured["output_throughput_tok_s"]}
@@ -241,6 +245,17 @@ DIRECT_PUBLISHERS = ("IO Foundation",)
 # of models of the same size; attributed to their path, not established). Fitted with
 # the rest by `fit` on the fit split; the shipped engine does not carry it.
 PATH_OVERHEAD_S: dict[str, float] = {"GPUStack": 0.0509}
+
+
+# The endpoint each publisher's benchmark client sent to: every GPUStack performance-lab
+# page runs `vllm bench serve --backend openai-chat --endpoint /v1/chat/completions`; IO
+# Foundation's result files say `"backend": "vllm"` (benchmark_serving.py's /v1/completions).
+ENDPOINTS: dict[str, str] = {"GPUStack": "chat"}
+
+
+def endpoint(point: dict[str, Any]) -> str:
+    return next((v for k, v in ENDPOINTS.items() if point["publisher"].startswith(k)),
+                "completions")
 
 
 def path_overhead_s(point: dict[str, Any]) -> float:

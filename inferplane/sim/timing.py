@@ -45,6 +45,12 @@ class Calibration:
     # Client-visible cost per request outside the engine's steps (API server in and out):
     # added to TTFT and end-to-end latency, never to TPOT. Ignored with fixed step times.
     request_overhead_s: float = 0.0
+    # A chat request's input processing in vLLM's API server (request validation, chat
+    # template, tokenization), shared with the other requests in that phase
+    # (frontend.py): through a Jinja chat template, and through gpt-oss's Harmony
+    # renderer. A completions request pays neither. Fitted on GPUStack's chat bursts.
+    chat_template_s: float = 0.0
+    harmony_chat_s: float = 0.0
     # Routed-expert (fused MoE) kernels on bf16 experts: achieved fraction of the dense
     # kernels' bandwidth when reading experts.
     moe_kernel_efficiency: float = 1.0

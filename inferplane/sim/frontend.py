@@ -1,0 +1,86 @@
+"""vLLM's API server as a processor-sharing queue in front of the engine core.
+
+vLLM V1 serves HTTP in one asyncio process (`vllm serve`, one API server by default):
+every request's input processing (request validation, the chat template, tokenization,
+`Processor.process_inputs`) runs as a task on one event loop, which interleaves the tasks
+at their awaits. That is processor sharing: n requests in that phase each advance at 1/n
+of the loop, so a burst of N requests that each need `work_s` of it reaches the engine
+core together, about N x work_s after it was sent, and a lone request `work_s` after
+(`vllm/entrypoints/openai/serving_chat.py`: `create_chat_completion` renders the template
+in `_preprocess_chat` before `engine_client.generate`; gpt-oss takes the Harmony path,
+`_make_request_with_harmony`, instead of a Jinja template: `self.use_harmony =
+model_config.hf_config.model_type == "gpt_oss"`). The engine core drains its input queue
+between steps (`EngineCoreProc.run_busy_loop`: `_process_input_queue`, then
+`_process_engine_step`), so a request that is through is scheduled at the next step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from inferplane.sim.timing import Calibration
+
+T = TypeVar("T")
+
+# Model types whose chat requests vLLM renders with Harmony, not a Jinja template.
+HARMONY_MODEL_TYPES = frozenset({"gpt_oss"})
+
+
+def chat_frontend_s(calibration: Calibration, model_type: str, endpoint: str) -> float:
+    """The API server's input processing per request for `endpoint` ("chat" or
+    "completions"): a chat request's template path, 0 for completions and for fixed
+    step times (known-answer tests)."""
+    if (
+        endpoint != "chat"
+        or calibration.fixed_prefill_step_s is not None
+        or calibration.fixed_decode_step_s is not None
+    ):
+        return 0.0
+    if model_type in HARMONY_MODEL_TYPES:
+        return calibration.harmony_chat_s
+    return calibration.chat_template_s
+
+
+_EPS = 1e-12
+
+
+@dataclass
+class ProcessorSharing(Generic[T]):
+    """Jobs of `work_s` seconds each, served together at an equal share of one server."""
+
+    work_s: float
+    now_s: float = 0.0
+    _jobs: list[tuple[T, float]] = field(default_factory=list)  # (job, work left)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def submit(self, job: T, at_s: float) -> None:
+        """A job arrives at `at_s` (not before the last time advanced to)."""
+        self.advance(at_s)
+        self._jobs.append((job, self.work_s))
+
+    def next_done_s(self) -> float | None:
+        """When the next job would finish if no other arrives; None when empty."""
+        if not self._jobs:
+            return None
+        return self.now_s + min(left for _, left in self._jobs) * len(self._jobs)
+
+    def advance(self, to_s: float) -> list[tuple[T, float]]:
+        """Serve until `to_s`; the jobs finished on the way with their finishing times,
+        in finishing order (arrival order among ties)."""
+        done: list[tuple[T, float]] = []
+        while self._jobs and to_s > self.now_s:
+            n = len(self._jobs)
+            step = min(min(left for _, left in self._jobs), (to_s - self.now_s) / n)
+            self.now_s += step * n
+            remaining = []
+            for job, left in self._jobs:
+                if left - step <= _EPS:
+                    done.append((job, self.now_s))
+                else:
+                    remaining.append((job, left - step))
+            self._jobs = remaining
+        self.now_s = max(self.now_s, to_s)
+        return done
