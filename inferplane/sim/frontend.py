@@ -7,9 +7,12 @@ at their awaits. That is processor sharing: n requests in that phase each advanc
 of the loop, so a burst of N requests that each need `work_s` of it reaches the engine
 core together, about N x work_s after it was sent, and a lone request `work_s` after
 (`vllm/entrypoints/openai/serving_chat.py`: `create_chat_completion` renders the template
-in `_preprocess_chat` before `engine_client.generate`; gpt-oss takes the Harmony path,
-`_make_request_with_harmony`, instead of a Jinja template: `self.use_harmony =
-model_config.hf_config.model_type == "gpt_oss"`). The engine core drains its input queue
+in `_preprocess_chat` before `engine_client.generate`). Two chat paths cost differently:
+a Jinja chat template (the checkpoint's `tokenizer_config.json`), or a renderer in code,
+which gpt-oss always takes (`self.use_harmony = model_config.hf_config.model_type ==
+"gpt_oss"`, then `_make_request_with_harmony`) and DeepSeek-V3.2 with `--tokenizer-mode
+deepseek_v32` (`vllm/tokenizers/deepseek_v32.py`: `apply_chat_template` calls the Python
+`encode_messages`). The engine core drains its input queue
 between steps (`EngineCoreProc.run_busy_loop`: `_process_input_queue`, then
 `_process_engine_step`), so a request that is through is scheduled at the next step.
 """
@@ -23,23 +26,30 @@ from inferplane.sim.timing import Calibration
 
 T = TypeVar("T")
 
-# Model types whose chat requests vLLM renders with Harmony, not a Jinja template.
-HARMONY_MODEL_TYPES = frozenset({"gpt_oss"})
+# Model types whose chat requests vLLM renders in code (Harmony), whatever the flags.
+CODED_RENDERER_MODEL_TYPES = frozenset({"gpt_oss"})
+# `--tokenizer-mode` values whose tokenizer renders chat in code, not with Jinja.
+CODED_RENDERER_TOKENIZER_MODES = frozenset({"deepseek_v32"})
 
 
-def chat_frontend_s(calibration: Calibration, model_type: str, endpoint: str) -> float:
+def coded_renderer(model_type: str, tokenizer_mode: str | None = None) -> bool:
+    """True when vLLM renders this model's chat requests without a Jinja template."""
+    return (
+        model_type in CODED_RENDERER_MODEL_TYPES or tokenizer_mode in CODED_RENDERER_TOKENIZER_MODES
+    )
+
+
+def chat_frontend_s(calibration: Calibration, endpoint: str, coded: bool) -> float:
     """The API server's input processing per request for `endpoint` ("chat" or
-    "completions"): a chat request's template path, 0 for completions and for fixed
-    step times (known-answer tests)."""
+    "completions"): the chat path's cost (`coded`: a renderer in code, else a Jinja
+    template), 0 for completions and for fixed step times (known-answer tests)."""
     if (
         endpoint != "chat"
         or calibration.fixed_prefill_step_s is not None
         or calibration.fixed_decode_step_s is not None
     ):
         return 0.0
-    if model_type in HARMONY_MODEL_TYPES:
-        return calibration.harmony_chat_s
-    return calibration.chat_template_s
+    return calibration.chat_renderer_s if coded else calibration.chat_template_s
 
 
 _EPS = 1e-12

@@ -47,10 +47,11 @@ class Calibration:
     request_overhead_s: float = 0.0
     # A chat request's input processing in vLLM's API server (request validation, chat
     # template, tokenization), shared with the other requests in that phase
-    # (frontend.py): through a Jinja chat template, and through gpt-oss's Harmony
-    # renderer. A completions request pays neither. Fitted on GPUStack's chat bursts.
+    # (frontend.py): through a Jinja chat template, and through a renderer in code
+    # (gpt-oss's Harmony, DeepSeek-V3.2's encoder). A completions request pays neither.
+    # Fitted on GPUStack's chat bursts (published_fidelity.fit_frontend).
     chat_template_s: float = 0.0
-    harmony_chat_s: float = 0.0
+    chat_renderer_s: float = 0.0
     # Routed-expert (fused MoE) kernels on bf16 experts: achieved fraction of the dense
     # kernels' bandwidth when reading experts.
     moe_kernel_efficiency: float = 1.0
