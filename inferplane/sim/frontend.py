@@ -62,24 +62,33 @@ class ProcessorSharing(Generic[T]):
     work_s: float
     now_s: float = 0.0
     _jobs: list[tuple[T, float]] = field(default_factory=list)  # (job, work left)
+    # Finished while serving up to an arrival, handed out by the next `advance`.
+    _finished: list[tuple[T, float]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self._jobs) + len(self._finished)
 
     def submit(self, job: T, at_s: float) -> None:
-        """A job arrives at `at_s` (not before the last time advanced to)."""
-        self.advance(at_s)
+        """A job arrives at `at_s` (one before the last time advanced to counts from then)."""
+        self._finished += self._serve(at_s)
         self._jobs.append((job, self.work_s))
 
     def next_done_s(self) -> float | None:
         """When the next job would finish if no other arrives; None when empty."""
+        if self._finished:
+            return self._finished[0][1]
         if not self._jobs:
             return None
         return self.now_s + min(left for _, left in self._jobs) * len(self._jobs)
 
     def advance(self, to_s: float) -> list[tuple[T, float]]:
-        """Serve until `to_s`; the jobs finished on the way with their finishing times,
-        in finishing order (arrival order among ties)."""
+        """Serve until `to_s`; the jobs finished on the way (and at arrivals since the
+        last call) with their finishing times, in finishing order (arrival order among
+        ties)."""
+        done, self._finished = self._finished, []
+        return done + self._serve(to_s)
+
+    def _serve(self, to_s: float) -> list[tuple[T, float]]:
         done: list[tuple[T, float]] = []
         while self._jobs and to_s > self.now_s:
             n = len(self._jobs)
