@@ -244,7 +244,7 @@ DIRECT_PUBLISHERS = ("IO Foundation",)
 # of models of the same size; attributed to their path, not established). Fitted with
 # the rest by `fit` on the fit split, and again by `fit_frontend` once the chat front end
 # (part of that gap: 51 ms before it) is modelled; the shipped engine does not carry it.
-PATH_OVERHEAD_S: dict[str, float] = {"GPUStack": 0.0357}
+PATH_OVERHEAD_S: dict[str, float] = {"GPUStack": 0.0352}
 
 
 # The endpoint each publisher's benchmark client sent to: every GPUStack performance-lab

@@ -127,7 +127,7 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 # after the LM head moved to once per sequence; the chat front end (chat_template_s,
 # chat_renderer_s) by `--fit-frontend 2` on the fit split's short chat bursts (Hopper
 # 7.6 / 1.5 ms, Ampere 5.7 / 0 ms per request). The per-request cost fits to ~0.6 ms on
-# runs straight to `vllm serve` (IO Foundation's; GPUStack's serving path adds ~36 ms
+# runs straight to `vllm serve` (IO Foundation's; GPUStack's serving path adds ~35 ms
 # beyond the chat front end, which only its replays carry). Quantized weights on Ampere
 # run through weight-only (Marlin-style) kernels (fp8 0.17).
 GENERATION_CALIBRATION: dict[str, Calibration] = {
