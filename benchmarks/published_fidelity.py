@@ -27,6 +27,7 @@ from inferplane.sim.config import SimEngineConfig
 from inferplane.sim.core import EngineCore, KvCapacity
 from inferplane.sim.formats import generation
 from inferplane.sim.formats import weight_format as format_name
+from inferplane.sim.frontend import chat_frontend_s, coded_renderer
 from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
 from inferplane.sim.timing import DEFAULT_CALIBRATION, Calibration, calibration_for
 
@@ -176,9 +177,11 @@ def replay(point: dict[str, Any], calibration: Calibration | None = None) -> Row
         parts.timing,
     )
     w = point["workload"]
+    frontend_s = chat_frontend_s(calibration, endpoint(point), coded_chat(point))
     result = run_workload(core, workload(point), max_concurrency=w["max_concurrency"],
                           request_rate=w.get("request_rate"),
-                          poisson_seed=0 if w.get("arrivals") == "poisson" else None)
+                          poisson_seed=0 if w.get("arrivals") == "poisson" else None,
+                          frontend_s=frontend_s)
     measured = point["measured"]
     published = {"ttft": measured["mean_ttft_ms"], "tpot": measured["median_tpot_ms"],
                  "throughput": measured["output_throughput_tok_s"]}
@@ -239,8 +242,27 @@ DIRECT_PUBLISHERS = ("IO Foundation",)
 # What the other publishers' serving path adds per request on top (GPUStack's runs at 1-8
 # concurrent requests are ~40 ms slower to first token than IO Foundation's direct runs
 # of models of the same size; attributed to their path, not established). Fitted with
-# the rest by `fit` on the fit split; the shipped engine does not carry it.
-PATH_OVERHEAD_S: dict[str, float] = {"GPUStack": 0.0509}
+# the rest by `fit` on the fit split, and again by `fit_frontend` once the chat front end
+# (part of that gap: 51 ms before it) is modelled; the shipped engine does not carry it.
+PATH_OVERHEAD_S: dict[str, float] = {"GPUStack": 0.0352}
+
+
+# The endpoint each publisher's benchmark client sent to: every GPUStack performance-lab
+# page runs `vllm bench serve --backend openai-chat --endpoint /v1/chat/completions`; IO
+# Foundation's result files say `"backend": "vllm"` (benchmark_serving.py's /v1/completions).
+ENDPOINTS: dict[str, str] = {"GPUStack": "chat"}
+
+
+def endpoint(point: dict[str, Any]) -> str:
+    return next((v for k, v in ENDPOINTS.items() if point["publisher"].startswith(k)),
+                "completions")
+
+
+def coded_chat(point: dict[str, Any]) -> bool:
+    """True when the run's vLLM renders chat without Jinja (frontend.coded_renderer)."""
+    flags = point.get("serve_flags", [])
+    mode = flags[flags.index("--tokenizer-mode") + 1] if "--tokenizer-mode" in flags else None
+    return coded_renderer(_profile(point["model"]).model_type, mode)
 
 
 def path_overhead_s(point: dict[str, Any]) -> float:
@@ -405,6 +427,53 @@ def fit_moe(points: list[dict[str, Any]], start: Calibrations, rounds: int = 4,
                 cal = replace(cal, mla_compute_efficiency=cal.dsa_compute_efficiency)
             cals[g] = cal
             log(f"round {n + 1} {g}: loss {fit_loss(mine):.2f} before; {describe(cal)}")
+    return cals
+
+
+def _chat_burst(point: dict[str, Any]) -> bool:
+    """A burst of short prompts with < 16-token outputs sent to the chat endpoint: its
+    TTFT is the front end's N x work plus one pass of short prefills, so the gap the
+    engine leaves is the front end's. (A ShareGPT burst's TTFT also carries admission
+    under the KV limit and decode interleaving, a long prompt's the prefill itself, each
+    with errors of their own larger than the front end's share.)"""
+    return endpoint(point) == "chat" and regime(point) == REGIMES[0]
+
+
+def fit_frontend(points: list[dict[str, Any]], start: Calibrations, rounds: int = 2,
+                 workers: int = 2, log: Any = print) -> Calibrations:
+    """Fit the chat endpoint's API-server work per request (`chat_template_s`, and
+    `chat_renderer_s` from the runs rendered in code) per generation on the chat bursts
+    of `points`
+    (the fit split): a burst of N reaches the engine N x work after it was sent
+    (frontend.py), so each run estimates the work as its TTFT gap / N plus the current
+    value; the median per generation and path is taken. Then each publisher's
+    PATH_OVERHEAD_S again from its low-load runs (the front end's work is part of what
+    it had absorbed there). Only the chat endpoint's points are replayed."""
+    cals = dict(start)
+    chat = [p for p in points if endpoint(p) == "chat"]
+    for n in range(rounds):
+        rows = [r for r in replay_all(chat, cals, workers) if isinstance(r, Row)]
+        for g, cal in list(cals.items()):
+            for name, coded in (("chat_template_s", False), ("chat_renderer_s", True)):
+                mine = [r for r in rows if gpu_generation(r.point) == g and _chat_burst(r.point)
+                        and coded_chat(r.point) == coded]
+                gaps = [(r.measured["ttft"] - r.simulated["ttft"]) / 1000
+                        / r.point["workload"]["num_prompts"] for r in mine]
+                if gaps:
+                    value = getattr(cal, name) + statistics.median(gaps)
+                    cal = replace(cal, **_fields({name: round(_clamp(value, 0.0, 0.05), 5)}))
+            cals[g] = cal
+            log(f"round {n + 1} {g}: chat template {cal.chat_template_s * 1000:.2f} ms, "
+                f"coded renderer {cal.chat_renderer_s * 1000:.2f} ms per request")
+        rows = [r for r in replay_all([p for p in chat if low_load(p)], cals, workers)
+                if isinstance(r, Row)]
+        for name in PATH_OVERHEAD_S:
+            theirs = [(r.measured["ttft"] - r.simulated["ttft"]) / 1000 for r in rows
+                      if r.point["publisher"].startswith(name)]
+            if theirs:
+                PATH_OVERHEAD_S[name] = round(_clamp(
+                    PATH_OVERHEAD_S[name] + statistics.median(theirs), 0.0, 0.2), 4)
+        log(f"round {n + 1} serving paths: {PATH_OVERHEAD_S}")
     return cals
 
 

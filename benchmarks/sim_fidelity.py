@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/sim_fidelity.py [--fit] [--only throughput|concurrency|published]
     .venv/bin/python benchmarks/sim_fidelity.py --only published [--split fit|holdout|all]
         [--fit-published ROUNDS] [--refine-published ROUNDS] [--fit-moe ROUNDS]
+        [--fit-frontend ROUNDS]
         [--generations G,...]
         [--write-bands]
 
@@ -220,7 +221,8 @@ def fit_group(doc: dict[str, Any], group: list[dict[str, Any]], start: Calibrati
             if name in hold:
                 continue
             for value in values:
-                candidate = replace(best, **{name: value})
+                override: dict[str, Any] = {name: value}  # a float field, chosen by name
+                candidate = replace(best, **override)
                 candidate_loss = loss(candidate)
                 if candidate_loss < best_loss - 1e-9:
                     best, best_loss, improved = candidate, candidate_loss, True
@@ -288,14 +290,16 @@ def _entry_calibration(entry: dict[str, Any], calibration: Calibration) -> Calib
 
 
 def published(split: str, fit_rounds: int, write_bands: bool, refine_rounds: int = 0,
-              generations: tuple[str, ...] = (), moe_rounds: int = 0) -> None:
+              generations: tuple[str, ...] = (), moe_rounds: int = 0,
+              frontend_rounds: int = 0) -> None:
     import published_fidelity as pf
 
     from inferplane.sim.timing import GENERATION_CALIBRATION
 
     points = pf.load_points()
     calibrations = None
-    if fit_rounds or refine_rounds or moe_rounds:
+    fitting = fit_rounds or refine_rounds or moe_rounds or frontend_rounds
+    if fitting:
         # Generations with fit runs only: the others keep their borrowed constants.
         start = {g: GENERATION_CALIBRATION.get(g, DEFAULT_CALIBRATION)
                  for g in sorted({pf.gpu_generation(p) for p in points if p["split"] == "fit"})}
@@ -307,6 +311,8 @@ def published(split: str, fit_rounds: int, write_bands: bool, refine_rounds: int
             calibrations = pf.refine(fit_points, calibrations, refine_rounds)
         if moe_rounds:
             calibrations = pf.fit_moe(fit_points, calibrations, moe_rounds)
+        if frontend_rounds:
+            calibrations = pf.fit_frontend(fit_points, calibrations, frontend_rounds)
         print("fitted (paste into GENERATION_CALIBRATION):")
         for g, cal in calibrations.items():
             print(f"  {g}: {cal!r}")
@@ -316,7 +322,7 @@ def published(split: str, fit_rounds: int, write_bands: bool, refine_rounds: int
               and (not generations or pf.gpu_generation(p) in generations)]
     rows, skipped = pf.print_report(pf.replay_all(chosen, calibrations), split)
     if write_bands:
-        if split != "holdout" or fit_rounds or refine_rounds or moe_rounds:
+        if split != "holdout" or fitting:
             raise SystemExit("--write-bands takes the shipped constants on the holdout split")
         doc = pf.bands_document(rows, skipped)
         from inferplane.sim.error_bands import BANDS_FILE
@@ -369,6 +375,10 @@ def main() -> None:
                         help="published set: then fit only the MoE/MLA constants on the fit "
                              "split's MoE runs, each from the runs it governs (median-ratio "
                              "rounds; published_fidelity.fit_moe)")
+    parser.add_argument("--fit-frontend", type=int, default=0, metavar="ROUNDS",
+                        help="published set: then fit the chat endpoint's API-server work "
+                             "per request on the fit split's chat bursts "
+                             "(published_fidelity.fit_frontend)")
     parser.add_argument("--generations", default="",
                         help="published set, with a fit: only these generations "
                              "(comma-separated, e.g. ampere,ada)")
@@ -386,7 +396,8 @@ def main() -> None:
         concurrency_report(mode, args.max_num_seqs)
     if args.only in (None, "published"):
         published(args.split, args.fit_published, args.write_bands, args.refine_published,
-                  tuple(g for g in args.generations.split(",") if g), args.fit_moe)
+                  tuple(g for g in args.generations.split(",") if g), args.fit_moe,
+                  args.fit_frontend)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ are issued by `max_concurrency` closed-loop clients. The timing model's per-requ
 cost (`request_overhead_s`, outside the GPU's steps) is what a client sees on top: it
 adds to each TTFT, and a closed-loop client sends its next request that much after the
 engine finished the last one; the run ends when the last client saw its last token.
+With `frontend_s` each request first spends that much of the API server's one event loop,
+shared among the requests in that phase (`frontend.ProcessorSharing`), and reaches the
+engine at the first step boundary after: a burst of N arrives at the engine together,
+about N x frontend_s after it was sent.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from inferplane.sim.core import EngineCore
+from inferplane.sim.frontend import ProcessorSharing
 from inferplane.sim.scheduler import SimRequest
 
 
@@ -66,11 +71,13 @@ def run_workload(
     max_concurrency: int | None = None,
     request_rate: float | None = None,
     poisson_seed: int | None = None,
+    frontend_s: float = 0.0,
 ) -> WorkloadResult:
     """Simulate `items` to completion; `request_rate=None` means all arrive at t=0.
     With `poisson_seed` the gaps between arrivals are exponential (`vllm bench serve
     --burstiness 1`), seeded, and scaled to average exactly 1/rate (so one draw does not
-    shift the run's throughput by its own luck); else they are exactly 1/rate."""
+    shift the run's throughput by its own luck); else they are exactly 1/rate.
+    `frontend_s`: the API server's input processing per request (see the module doc)."""
     pending = deque(items)
     gaps = _arrival_gaps(len(items), request_rate, poisson_seed)
     overhead = core.timing.request_overhead_s
@@ -81,6 +88,8 @@ def run_workload(
     done: list[SimRequest] = []
     peak_waiting = 0
     peak_kv = 0.0
+    front: ProcessorSharing[SimRequest] | None = (
+        ProcessorSharing(frontend_s) if frontend_s > 0 else None)
 
     def admit(at: float) -> None:
         nonlocal in_flight
@@ -92,10 +101,13 @@ def run_workload(
             finish_reason="length",
             arrival_s=at,
         )
-        core.add(request)
+        if front is None:
+            core.add(request)
+        else:
+            front.submit(request, at)
         in_flight += 1
 
-    while pending or core.has_work:
+    while pending or core.has_work or front:
         while releases and releases[0] <= now:
             heapq.heappop(releases)
             in_flight -= 1
@@ -108,11 +120,19 @@ def run_workload(
                 next_arrival += gaps[len(items) - len(pending) - 1]
             else:
                 break
+        if front is not None:
+            for request, _ in front.advance(now):
+                core.add(request)
         if not core.has_work:
+            wake: list[float] = []
+            if front:
+                wake.append(front.next_done_s() or now)
             if pending and max_concurrency is not None and in_flight >= max_concurrency:
-                now = max(now, releases[0])  # every client still reads its last response
-            else:
-                now = max(now, next_arrival)
+                if releases:
+                    wake.append(releases[0])  # every client still reads its last response
+            elif pending:
+                wake.append(next_arrival)
+            now = max(now, min(wake)) if wake else now
             continue
         duration, events = core.step(now)
         now += duration

@@ -45,6 +45,13 @@ class Calibration:
     # Client-visible cost per request outside the engine's steps (API server in and out):
     # added to TTFT and end-to-end latency, never to TPOT. Ignored with fixed step times.
     request_overhead_s: float = 0.0
+    # A chat request's input processing in vLLM's API server (request validation, chat
+    # template, tokenization), shared with the other requests in that phase
+    # (frontend.py): through a Jinja chat template, and through a renderer in code
+    # (gpt-oss's Harmony, DeepSeek-V3.2's encoder). A completions request pays neither.
+    # Fitted on GPUStack's chat bursts (published_fidelity.fit_frontend).
+    chat_template_s: float = 0.0
+    chat_renderer_s: float = 0.0
     # Routed-expert (fused MoE) kernels on bf16 experts: achieved fraction of the dense
     # kernels' bandwidth when reading experts.
     moe_kernel_efficiency: float = 1.0
@@ -117,28 +124,34 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 # a generation listed here (H200 from the Hopper fit, L40S from Ada's) uses it when
 # GPU_CALIBRATION has no entry of its own; the held-out split measures the error
 # (docs/simulator.md), then `--fit-moe 3` (published_fidelity.fit_moe); all three rerun
-# after the LM head moved to once per sequence. The per-request cost fits to ~0.6 ms on
-# runs straight to `vllm serve` (IO Foundation's; GPUStack's serving path adds ~51 ms,
-# which only its replays carry). Quantized weights on Ampere run through weight-only
-# (Marlin-style) kernels (fp8 0.17).
+# after the LM head moved to once per sequence; the chat front end (chat_template_s,
+# chat_renderer_s) by `--fit-frontend 2` on the fit split's short chat bursts (Hopper
+# 7.6 / 1.5 ms, Ampere 5.7 / 0 ms per request). The per-request cost fits to ~0.6 ms on
+# runs straight to `vllm serve` (IO Foundation's; GPUStack's serving path adds ~35 ms
+# beyond the chat front end, which only its replays carry). Quantized weights on Ampere
+# run through weight-only (Marlin-style) kernels (fp8 0.17).
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
         bandwidth_efficiency=0.792, compute_efficiency=0.379, step_overhead_s=0.001,
-        per_seq_overhead_s=3.0e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.2744,
+        per_seq_overhead_s=3.0e-5, request_overhead_s=0.00056, chat_template_s=0.00757,
+        chat_renderer_s=0.00146, moe_kernel_efficiency=0.2744,
         moe_compute_efficiency=0.729, mla_compute_efficiency=0.236,
         dsa_compute_efficiency=0.236, format_efficiency=(("fp8", 0.665),),
         moe_format_efficiency=(("fp8", 0.232), ("mxfp4", 0.596)),
     ),
     "ampere": Calibration(
         bandwidth_efficiency=0.715, compute_efficiency=0.480, step_overhead_s=0.0005,
-        per_seq_overhead_s=1.92e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.44,
+        per_seq_overhead_s=1.92e-5, request_overhead_s=0.00056, chat_template_s=0.00572,
+        moe_kernel_efficiency=0.44,
         moe_compute_efficiency=0.4295, format_efficiency=(("fp8", 0.17),),
         moe_format_efficiency=(("fp8", 0.262), ("mxfp4", 0.993)),
     ),
-    # Fitted on dense bf16 RTX 4090 runs only: the MoE and format factors are Ampere's.
+    # Fitted on dense bf16 RTX 4090 runs only: the MoE and format factors are Ampere's,
+    # and so is the chat front end (the RTX 4090 runs sent completions).
     "ada": Calibration(
         bandwidth_efficiency=0.795, compute_efficiency=0.686, step_overhead_s=0.0005,
-        per_seq_overhead_s=3.75e-5, request_overhead_s=0.00056, moe_kernel_efficiency=0.44,
+        per_seq_overhead_s=3.75e-5, request_overhead_s=0.00056, chat_template_s=0.00572,
+        moe_kernel_efficiency=0.44,
         moe_compute_efficiency=0.4295, format_efficiency=(("fp8", 0.17),),
         moe_format_efficiency=(("fp8", 0.262), ("mxfp4", 0.993)),
     ),
