@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from inferplane.errors import InferplaneError
-from inferplane.gateway.asgi import Message, Receive, Scope, Send, header
+from inferplane.gateway.asgi import Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -172,17 +172,27 @@ class Tracing:
         self.client_kind = SpanKind.CLIENT
         self.error_status = lambda why: Status(StatusCode.ERROR, why)
 
-    async def serve(
+    def serve(
         self, handler: Handler, scope: Scope, receive: Receive, send: Send, path: str
-    ) -> None:
+    ) -> Awaitable[None]:
         """Run `handler` (the proxy) inside the request's SERVER span; the span takes the
         response status from what is sent."""
-        if self.never_samples and header(scope, b"traceparent") is None:
-            # sample_ratio 0 and no client context: the sampler could only say no. Skip
-            # the SDK and hand the engine a fresh unsampled context, as the SDK would.
-            scope["headers"].append((b"traceparent", self._unsampled.next()))
-            await handler(scope, receive, send, path, None)
-            return
+        if self.never_samples:
+            headers = scope["headers"]
+            for name, _ in headers:
+                if name == b"traceparent":
+                    break
+            else:
+                # sample_ratio 0 and no client context: the sampler could only say no.
+                # Skip the SDK and hand the engine a fresh unsampled context, as the SDK
+                # would; the proxy's own coroutine is returned, no wrapper around it.
+                headers.append((b"traceparent", self._unsampled.next()))
+                return handler(scope, receive, send, path, None)
+        return self._traced(handler, scope, receive, send, path)
+
+    async def _traced(
+        self, handler: Handler, scope: Scope, receive: Receive, send: Send, path: str
+    ) -> None:
         trace = RequestTrace(self, scope, path)
 
         async def traced_send(message: Message) -> None:
@@ -203,26 +213,38 @@ class Tracing:
 
 
 class _UnsampledContexts:
-    """Fresh W3C contexts with the sampled flag off, their ids cut from one `os.urandom`
-    draw per 256 requests: a `getrandbits` pair and its `%x` format per request cost more
-    than the rest of the ratio-0 path. Random as the SDK's ids are; an all-zero span id
-    (W3C: invalid) has odds of 2**-64 a request and is not checked for."""
+    """Fresh W3C contexts with the sampled flag off, rendered 256 at a time from one
+    `os.urandom` draw, so a request takes one slice: a `getrandbits` pair and its `%x`
+    format per request cost more than the rest of the ratio-0 path. Random as the SDK's
+    ids are; an all-zero span id (W3C: invalid) has odds of 2**-64 and is not checked."""
 
     PER_DRAW = 256
-    HEX_PER_CONTEXT = 48  # 32 hex digits of trace id, 16 of span id
+    TEMPLATE = b"00-" + b"0" * 32 + b"-" + b"0" * 16 + b"-00"
+    WIDTH = len(TEMPLATE)  # 55 bytes
+    ID_AT = ((3, 32), (36, 16))  # (offset, hex digits) of the trace id and the span id
 
     def __init__(self) -> None:
-        self._hex = b""
+        self._buf = b""
         self._at = 0
+
+    def _draw(self) -> bytes:
+        count, width = self.PER_DRAW, self.WIDTH
+        digits = os.urandom(count * 24).hex().encode()  # 48 hex digits a context
+        out = bytearray(self.TEMPLATE * count)
+        src = 0
+        for offset, n in self.ID_AT:  # one strided copy per digit position (C loops)
+            for j in range(n):
+                out[offset + j :: width] = digits[src + j :: 48]
+            src += n
+        return bytes(out)
 
     def next(self) -> bytes:
         at = self._at
-        if at >= len(self._hex):
-            self._hex = os.urandom(self.PER_DRAW * self.HEX_PER_CONTEXT // 2).hex().encode()
+        if at >= len(self._buf):
+            self._buf = self._draw()
             at = 0
-        self._at = at + self.HEX_PER_CONTEXT
-        hx = self._hex
-        return b"00-%b-%b-00" % (hx[at : at + 32], hx[at + 32 : at + 48])
+        self._at = at + self.WIDTH
+        return self._buf[at : at + self.WIDTH]
 
 
 def _trace_headers(span: Span) -> bytes:
