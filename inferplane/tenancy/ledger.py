@@ -1,8 +1,10 @@
 """The usage ledger: one row per request, written off the hot path in batches.
 
 `add` is synchronous and O(1); a background task inserts the buffer every
-`flush_interval_s` in one transaction. Durability: a gateway killed with -9 loses at most
-the rows added since the last completed flush (one flush interval). A database outage never
+`flush_interval_s` in one transaction (on SQLite in paced slices, see SQLITE_SLICE_ROWS).
+Durability: a gateway killed with -9 loses at most the rows added since the start of the
+last completed flush (one flush interval plus the running flush's own time, its pacing
+bounded at PACE_SHARE of the interval). A database outage never
 blocks or fails requests: rows stay buffered and the flush is retried with backoff; when the
 buffer reaches `max_buffer` rows the oldest are dropped and counted (`dropped`, exported as
 `inferplane_usage_dropped_total`).
