@@ -98,6 +98,29 @@ async def test_background_flush_writes_in_slices_exactly(
     assert by_key["k1"]["prompt_tokens"] == sum(range(1, total + 1))
 
 
+async def test_a_refused_row_in_a_later_slice_rolls_back_the_earlier_ones(
+    store: Store,  # noqa: F811
+) -> None:
+    """A refusal in the paced flush's last slice undoes the slices before it (one
+    transaction), so the split-and-retry writes every good row exactly once."""
+    ledger = UsageLedger(store, flush_interval_s=0.05)
+    total = 3 * SQLITE_SLICE_ROWS
+    for i in range(1, total + 1):
+        ledger.add(usage(i))
+    ledger.add(usage(0)._replace(request_id=None))  # type: ignore[arg-type]  # NOT NULL
+    ledger.start()
+    for _ in range(400):
+        if ledger.written == total and ledger.rejected == 1:
+            break
+        await asyncio.sleep(0.01)
+    await ledger.stop()
+    assert (ledger.written, ledger.rejected, ledger.pending) == (total, 1, 0)
+    assert await count(store) == total
+    async with store.session() as s:
+        ids = (await s.execute(select(func.count(func.distinct(UsageRow.request_id))))).scalar()
+    assert ids == total
+
+
 async def test_database_outage_buffers_retries_and_counts_drops(
     store: Store,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
