@@ -3,6 +3,7 @@ a gateway killed with -9 losing at most the rows since its last flush."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -16,7 +17,13 @@ from sqlalchemy import func, select
 from tenancy_fixtures import db_url, store  # noqa: F401
 
 from inferplane.store import Store, UsageRow
-from inferplane.tenancy.ledger import Usage, UsageLedger, tokens_since, usage_report
+from inferplane.tenancy.ledger import (
+    SQLITE_SLICE_ROWS,
+    Usage,
+    UsageLedger,
+    tokens_since,
+    usage_report,
+)
 
 DAY = 86400.0
 T0 = 1_800_000_000.0
@@ -54,6 +61,64 @@ async def test_flush_writes_everything_and_reports_group(store: Store) -> None: 
     since = await usage_report(store, "key", since=T0 + 1)
     assert sum(r["requests"] for r in since) == 20
     assert (await tokens_since(store, T0 + 1)) == {"k2": 3 * sum(range(81, 101))}
+
+
+async def test_background_flush_writes_in_slices_exactly(
+    store: Store,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The background flush on SQLite writes a large buffer in slices (pausing between
+    them) within one transaction, and every row exactly once; PostgreSQL in one go."""
+    calls: list[int] = []
+    real_insert = UsageLedger._insert
+
+    async def counted(self: UsageLedger, conn: Any, rows: list[Any]) -> None:
+        calls.append(len(rows))
+        await real_insert(self, conn, rows)
+
+    monkeypatch.setattr(UsageLedger, "_insert", counted)
+    ledger = UsageLedger(store, flush_interval_s=0.05)
+    total = 3 * SQLITE_SLICE_ROWS + 17
+    for i in range(1, total + 1):
+        ledger.add(usage(i))
+    ledger.start()
+    for _ in range(400):
+        if ledger.written == total:
+            break
+        await asyncio.sleep(0.01)
+    await ledger.stop()
+    assert ledger.written == total and ledger.flushes == 1 and ledger.pending == 0
+    assert await count(store) == total
+    assert sum(calls) == total
+    if store.is_sqlite:
+        assert len(calls) == 4 and all(n % 64 == 0 for n in calls[:-1])
+    else:
+        assert calls == [total]
+    by_key = {r["key"]: r for r in await usage_report(store, "key")}
+    assert by_key["k1"]["prompt_tokens"] == sum(range(1, total + 1))
+
+
+async def test_a_refused_row_in_a_later_slice_rolls_back_the_earlier_ones(
+    store: Store,  # noqa: F811
+) -> None:
+    """A refusal in the paced flush's last slice undoes the slices before it (one
+    transaction), so the split-and-retry writes every good row exactly once."""
+    ledger = UsageLedger(store, flush_interval_s=0.05)
+    total = 3 * SQLITE_SLICE_ROWS
+    for i in range(1, total + 1):
+        ledger.add(usage(i))
+    ledger.add(usage(0)._replace(request_id=None))  # type: ignore[arg-type]  # NOT NULL
+    ledger.start()
+    for _ in range(400):
+        if ledger.written == total and ledger.rejected == 1:
+            break
+        await asyncio.sleep(0.01)
+    await ledger.stop()
+    assert (ledger.written, ledger.rejected, ledger.pending) == (total, 1, 0)
+    assert await count(store) == total
+    async with store.session() as s:
+        ids = (await s.execute(select(func.count(func.distinct(UsageRow.request_id))))).scalar()
+    assert ids == total
 
 
 async def test_database_outage_buffers_retries_and_counts_drops(

@@ -222,6 +222,18 @@ def test_an_unsampled_request_makes_no_spans_and_says_so_downstream(harness: Har
     assert exporter.get_finished_spans() == ()
 
 
+def test_unsampled_contexts_are_fresh_w3c_ids_across_draws() -> None:
+    import re
+
+    from inferplane.gateway.tracing import _UnsampledContexts
+
+    contexts = _UnsampledContexts()
+    seen = [contexts.next() for _ in range(3 * _UnsampledContexts.PER_DRAW + 1)]
+    assert len(set(seen)) == len(seen)  # three refills: no id repeats across draws
+    assert len({c.split(b"-")[1] for c in seen}) == len(seen)
+    assert all(re.fullmatch(rb"00-[0-9a-f]{32}-[0-9a-f]{16}-00", c) for c in seen)
+
+
 def test_tracing_refuses_clearly_without_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
