@@ -68,6 +68,15 @@ def test_tp_fix_lists_the_models_valid_sizes() -> None:
         assert f"valid sizes for this model: {valid})" in f.fix
 
 
+def test_tp_fix_without_the_asked_size_lists_the_divisors_and_picks_none() -> None:
+    # the heads message copied with its TP number cut (vllm-ascend#2139's wording)
+    text = ("the model's total number of attention heads (14) must be divisible by tensor "
+            "parallel size. (4 -> 2)")
+    f = _finding(text, "tp-heads-not-divisible")
+    assert "sizes that divide the 14 attention heads: 1, 2, 7, 14" in f.fix
+    assert "--tensor-parallel-size 7" not in f.fix and not f.missing
+
+
 def test_free_memory_fix_computes_utilization_from_the_logs_numbers() -> None:
     line = ("ValueError: Free memory on device cuda:0 ({free}/44.39 GiB) on startup is less "
             "than desired GPU memory utilization (0.55, 24.42 GiB).")

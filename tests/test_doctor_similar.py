@@ -90,7 +90,7 @@ def test_it_never_fires_on_a_near_miss(name: str) -> None:
     assert result.similar is None
 
 
-def _healthy_logs() -> list[tuple[str, str]]:
+def _captured_logs() -> list[tuple[str, str]]:
     logs = []
     for folder in ("vllm_logs", "vllm_logs_lora"):
         for path in sorted((ROOT / "tests" / "data" / folder).glob("*.yaml")):
@@ -100,10 +100,26 @@ def _healthy_logs() -> list[tuple[str, str]]:
     return logs
 
 
-@pytest.mark.parametrize(("name", "log"), _healthy_logs())
+def _signatures_in(log: str) -> set[str]:
+    return {f.signature.id for f in diagnose_text(log, source="-").findings}
+
+
+@pytest.mark.parametrize(("name", "log"), _captured_logs())
 def test_it_never_fires_on_a_real_healthy_start(name: str, log: str) -> None:
-    # startup logs vLLM printed while serving (tests/data/vllm_logs): not in the model
-    assert resemble(read_lines(log)) is None, name
+    # startup logs vLLM printed (tests/data/vllm_logs, not in the model). Most served; one
+    # (llama31-8b-rtx3090-v0-29k) is a start that failed on the KV cache, which a signature
+    # names: there the layer may only name that same class.
+    found = resemble(read_lines(log))
+    failed = _signatures_in(log)
+    if not failed:
+        assert found is None, name
+    else:
+        assert found is None or found.cls in failed, (name, found.cls, failed)
+
+
+def test_the_captured_starts_include_healthy_ones() -> None:
+    # the test above must keep checking healthy starts, not only failed ones
+    assert sum(not _signatures_in(log) for _, log in _captured_logs()) >= 8
 
 
 def test_a_prose_report_no_rule_classes_is_named_by_resemblance() -> None:

@@ -228,7 +228,8 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
     tp = int(got.get("tp") or ctx.tp)
     said_tp = got.get("tp") or ctx.log.tensor_parallel_size
     out: Values = {"tp_text": f"TP {said_tp}" if said_tp else
-                   "the --tensor-parallel-size asked for (the log does not say which)"}
+                   "the --tensor-parallel-size asked for (the log does not say which)",
+                   "sizes_text": "no size is computed here"}
     if ctx.profile is not None:
         ctx.used_estimator = True  # the model's real head counts
         valid = _valid_tp(ctx, limit=max(16, tp))
@@ -243,7 +244,11 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
         valid = [d for d in range(1, min(count, 64) + 1) if count % d == 0]
         kind = "attention" if got.get("heads") else "KV"
         heads = f"the {count} {kind} heads"
-    out |= {"heads_text": heads, "valid_tp_list": ", ".join(map(str, valid))}
+    out["heads_text"] = heads
+    if not said_tp:  # the size asked for is cut from the message: list the sizes, pick none
+        out["sizes_text"] = f"sizes that divide {heads}: {', '.join(map(str, valid))}"
+        return out
+    out |= {"valid_tp_list": ", ".join(map(str, valid)), "tp": str(said_tp)}
     smaller = [t for t in valid if t < tp]
     out["valid_tp"] = str(smaller[-1] if smaller else valid[0]) if valid else "1"
     return out
@@ -383,13 +388,14 @@ COMPUTE["k8s_nodes"] = k8s_nodes
 
 def kv_capacity(ctx: FixContext, got: Values) -> Values:
     """P09: the KV tokens and full-length sequences the cache holds, by the estimator."""
+    out: Values = {"preemptions_text": _preemptions_text(got)}
     est = ctx.estimate()
     if est is not None and not est.fits:  # the log's length does not fit: what would
         est = ctx.estimate(max_model_len=-1)
     if est is None or not est.fits:
-        return {}
+        return out
     bigger = [t for t in _valid_tp(ctx) if t > ctx.tp] if ctx.profile else []
-    return {
+    return out | {
         "kv_tokens_fit": f"{est.kv_cache_tokens}",
         "seqs_fit": f"{max(1, math.floor(est.max_concurrency))}",
         "max_len_fit": f"{est.max_model_len}",
@@ -400,6 +406,16 @@ def kv_capacity(ctx: FixContext, got: Values) -> Values:
 
 
 COMPUTE["kv_capacity"] = kv_capacity
+
+
+def _preemptions_text(got: Values) -> str:
+    """What the log shows of the preemptions: V0 counts them, V1's stats line shows the
+    full cache and the queue, a report in words shows neither."""
+    if got.get("preemptions"):
+        return f"{got['preemptions']} preemptions so far"
+    if got.get("usage") and got.get("waiting"):
+        return f"KV cache usage {got['usage']}% with {got['waiting']} requests waiting"
+    return "the log does not count the preemptions"
 
 
 def oom_startup(ctx: FixContext, got: Values) -> Values:
