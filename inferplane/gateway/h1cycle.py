@@ -3,10 +3,11 @@ send(). A response with a Content-Length is held at http.response.start and writ
 its body in one write; any other is chunked on HTTP/1.1 and close-delimited on HTTP/1.0;
 a paused transport makes send() wait.
 
-What the app sends without waiting in between leaves in one write: bytes that do not end
-the answer are held only until the app's current step ends (one loop callback, `uncork`),
-never until more bytes come. A relayed stream whose engine bytes are already buffered
-(head, events, the end) costs one write and one client read instead of three."""
+A stream's head is held until the app's current step ends (one loop callback, `uncork`)
+and goes out with the body bytes the app sends in that step; body bytes are written at
+once, never held for more. A relayed stream whose engine bytes are all buffered already
+(head, events and the end sent in one step) costs one write and one client read, not
+three; a stream paced by its engine costs one write per event, as before."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 _DISCONNECT: Message = {"type": "http.disconnect"}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _NO_BODY = frozenset({204, 304})
-# Held bytes above which a step's writes go out at once (an app sending a lot unpaused).
+# Bytes held in a stream head's step above which they go out at once.
 _CORK_BYTES = 64 * 1024
 _STATUS = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 
@@ -123,21 +124,17 @@ class Request:
             conn.answered(self)
 
     def _emit(self, data: bytes, last: bool) -> None:
-        """Answer bytes in order: with what is held, written now when they end the answer
-        (or would hold too much), else held until the app's step ends."""
+        """Answer bytes in order, with anything held; in the step of a stream's head they
+        are held with it (up to `_CORK_BYTES`) until the step ends or the answer does."""
         held = self.held
-        if not last and self.held_bytes + len(data) < _CORK_BYTES:
-            if data:
-                held.append(data)
-                self.held_bytes += len(data)
-                if self.cork is None:
-                    self.cork = self.conn.loop.call_soon(self.uncork)
-            return
         if held:
             held.append(data)
+            if not last and self.cork is not None:
+                self.held_bytes += len(data)
+                if self.held_bytes < _CORK_BYTES:
+                    return
             data = b"".join(held)
             held.clear()
-            self.held_bytes = 0
         if data:
             self.conn.transport.write(data)
 
@@ -148,7 +145,6 @@ class Request:
         if held:
             data = held[0] if len(held) == 1 else b"".join(held)
             held.clear()
-            self.held_bytes = 0
             transport = self.conn.transport
             if not self.disconnected and not transport.is_closing():
                 transport.write(data)
@@ -189,4 +185,5 @@ class Request:
         if self.length >= 0 and not self.no_body:
             self.held = parts  # a whole response: one write with its body, no callback
         else:
-            self._emit(b"".join(parts), False)  # a stream: its head with this step's bytes
+            self.held = [b"".join(parts)]  # a stream: its head with this step's bytes
+            self.cork = self.conn.loop.call_soon(self.uncork)
