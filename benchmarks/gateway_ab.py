@@ -83,7 +83,8 @@ def measure(proc: subprocess.Popen[str], seconds: int) -> tuple[float, float, fl
             summary = json.loads(line.removeprefix("STREAMJSON "))
             if summary.get("errors") or summary.get("bad_streams"):
                 sys.exit(f"stream load saw errors: {summary}")
-            return float(summary["rps"]), float("nan"), float("nan")
+            return (float(summary["rps"]), float(summary.get("lat_p50_ms", "nan")),
+                    float(summary.get("lat_p99_ms", "nan")))  # fmt: skip
     sys.exit(f"the load generator printed no summary:\n{out[-2000:]}")
 
 
