@@ -106,11 +106,19 @@ async def relay_stream(
                 chunk = stripper.feed(chunk)
                 if end:
                     chunk += stripper.flush()
+            if end:
+                # The usage the engine sent (the stream's last, or the one the stripper
+                # took out) bills it, so this piece's events need no count; read before
+                # the send, so that a cancel during it still bills what was generated.
+                usage = stripper.usage if stripper is not None else b""
+                rec.prompt_tokens, rec.completion_tokens = usage_from(usage or last + chunk)
+                rec.usage_known = rec.prompt_tokens > 0 or rec.completion_tokens > 0
             if chunk or end:
                 await send({"type": "http.response.body", "body": chunk, "more_body": not end})
                 ended = end
                 if chunk:
-                    rec.events += chunk.count(marker)
+                    if not rec.usage_known:
+                        rec.events += chunk.count(marker)
                     prev, last = last, chunk
                     if inband.feed(chunk) and token_events:
                         rec.events -= 1
@@ -160,8 +168,8 @@ async def relay_stream(
             )  # fmt: skip
     if last.endswith(_DONE):
         rec.events -= 1
-    rec.prompt_tokens, rec.completion_tokens = usage_from(prev + last)
-    rec.usage_known = rec.prompt_tokens > 0 or rec.completion_tokens > 0
     rec.finished = True
     if not ended:
+        rec.prompt_tokens, rec.completion_tokens = usage_from(prev + last)
+        rec.usage_known = rec.prompt_tokens > 0 or rec.completion_tokens > 0
         await send({"type": "http.response.body", "body": b""})
