@@ -9,6 +9,8 @@ a shared VM swing by ±15%. This is how each hot-path step of issue 29 was measu
     python benchmarks/gateway_ab.py --ref HEAD~1 [--tenancy] [--rounds 3] [--duration 8]
                                     [--concurrency 32] [--stream]
     python benchmarks/gateway_ab.py --ref HEAD --control   # the method's own bias (~1.00)
+    # streams paced by the stub (one read per event): the CPU per request is the measure
+    STUB_DELAY_MS=1 python benchmarks/gateway_ab.py --ref HEAD --stream --tenancy
     # limits in Redis (B: leased credit; INFERPLANE_REDIS_SYNC_S=0 for exact) vs memory (A):
     python benchmarks/gateway_ab.py --ref HEAD --control --tenancy --env-b \
         "INFERPLANE_REDIS_URL=redis://127.0.0.1:6379/0"
@@ -81,8 +83,16 @@ def measure(proc: subprocess.Popen[str], seconds: int) -> tuple[float, float, fl
             summary = json.loads(line.removeprefix("STREAMJSON "))
             if summary.get("errors") or summary.get("bad_streams"):
                 sys.exit(f"stream load saw errors: {summary}")
-            return float(summary["rps"]), float("nan"), float("nan")
+            return (float(summary["rps"]), float(summary.get("lat_p50_ms", "nan")),
+                    float(summary.get("lat_p99_ms", "nan")))  # fmt: skip
     sys.exit(f"the load generator printed no summary:\n{out[-2000:]}")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used: with a paced stub
+    (`STUB_DELAY_MS`) both sides serve the same RPS, and CPU per request is what differs."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pairs(text: str) -> dict[str, str]:
@@ -141,22 +151,30 @@ def main() -> None:
                 wait_ready(port)
             for name, port in ports.items():  # warm-up, not recorded
                 rps(load(args.harness, port, keys[name], 2, args.concurrency, args.stream), 2)
-            ratios, p99s = [], []
+            ratios, p99s, cpus = [], [], []
+            pids = {"A": procs[1].pid, "B": procs[2].pid}
             for r in range(1, args.rounds + 1):
+                cpu0 = {n: cpu_s(pid) for n, pid in pids.items()}
                 runs = {n: load(args.harness, p, keys[n], args.duration, args.concurrency,
                                 args.stream) for n, p in ports.items()}  # fmt: skip
                 got = {n: measure(proc, args.duration) for n, proc in runs.items()}
+                # CPU µs per request (the load's requests: RPS x duration)
+                per = {n: (cpu_s(pid) - cpu0[n]) / (got[n][0] * args.duration) * 1e6
+                       for n, pid in pids.items()}  # fmt: skip
+                cpus.append(per["B"] / per["A"])
                 ratios.append(got["B"][0] / got["A"][0])
                 p99s.append((got["A"][2], got["B"][2]))
                 print(f"round {r}: A ({args.ref}) {got['A'][0]:,.0f} RPS "
                       f"p50/p99 {got['A'][1]:.2f}/{got['A'][2]:.2f} ms, B "
                       f"({'control' if args.control else 'working tree'}) {got['B'][0]:,.0f} "
                       f"RPS p50/p99 {got['B'][1]:.2f}/{got['B'][2]:.2f} ms, B/A "
-                      f"{ratios[-1]:.3f}", flush=True)  # fmt: skip
+                      f"{ratios[-1]:.3f}; CPU µs/request A {per['A']:.0f}, B {per['B']:.0f}, "
+                      f"B/A {cpus[-1]:.3f}", flush=True)  # fmt: skip
             ratios.sort()
             mode = ("stream" if args.stream else "non-stream") + f" c={args.concurrency}"
             mode += ", tenancy" if args.tenancy else ", bare"
             print(f"median B/A ({mode}): {ratios[len(ratios) // 2]:.3f}")
+            print(f"median CPU per request B/A: {sorted(cpus)[len(cpus) // 2]:.3f}")
             mid = len(p99s) // 2
             print(f"median p99 ms: A {sorted(a for a, _ in p99s)[mid]:.2f}, "
                   f"B {sorted(b for _, b in p99s)[mid]:.2f}")  # fmt: skip

@@ -9,6 +9,7 @@ Prints, per row: RPS, then the share of on-CPU samples per stage of the request'
 
     python benchmarks/profile_gateway.py [--seconds 8] [--concurrency 32] [--rows bare,tenancy]
     python benchmarks/profile_gateway.py --rows tenancy,redis --redis redis://127.0.0.1:6379/0
+    python benchmarks/profile_gateway.py --rows tenancy --stream   # SSE, 64 events a stream
 
 Needs node, wrk and py-spy (`pip install 'inferplane[profile]'`; sampling another process
 needs root or ptrace permission). The numbers are shares of one process's samples, never
@@ -113,6 +114,22 @@ def wrk(harness: Path, port: int, key: str, seconds: int, conc: int) -> float:
     return int(m.group(1)) / (int(m.group(2)) / 1e6)
 
 
+def stream_load(harness: Path, port: int, key: str, seconds: int, conc: int) -> float:
+    """Streaming RPS from the harness's Node stream load generator (`--stream`)."""
+    env = {**os.environ, "BENCH_API_KEY": key, "BENCH_MODEL": "stub-model"}
+    out = subprocess.run(
+        ["taskset", "-c", "1", "node", "loadgen/stream_load.js", "--url",
+         f"http://127.0.0.1:{port}/v1/chat/completions", "--concurrency", str(conc),
+         "--duration", str(seconds), "--stream", "1"],
+        capture_output=True, text=True, env=env, timeout=seconds + 30, check=True,
+        cwd=harness,
+    ).stdout  # fmt: skip
+    m = re.search(r'STREAMJSON .*"rps":([0-9.]+).*"errors":(\d+)', out)
+    if m is None or int(m.group(2)):
+        sys.exit(f"the stream load generator printed no clean summary:\n{out}")
+    return float(m.group(1))
+
+
 def _idle_thread_leaves() -> set[str]:
     """aiosqlite's worker waiting on its queue (`tx.get()`): py-spy samples it as running."""
     try:
@@ -177,6 +194,7 @@ def main() -> None:
     parser.add_argument("--redis", default="", help="Redis URL for the redis row")
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--stream", action="store_true", help="streaming requests (Node)")
     parser.add_argument("--out", type=Path, default=None, help="keep raw stacks here")
     parser.add_argument("--gateway-args", default="", help="extra `inferplane gateway` flags")
     args = parser.parse_args()
@@ -232,7 +250,8 @@ def profile_row(row: str, args: argparse.Namespace, env: dict[str, str], tmp: Pa
     gw = pinned(0, argv, tmp / f"gateway-{row}.log", env)
     try:
         wait_ready(port)
-        wrk(args.harness, port, key, 2, args.concurrency)  # warm-up, not sampled
+        load = stream_load if args.stream else wrk
+        load(args.harness, port, key, 2, args.concurrency)  # warm-up, not sampled
         raw = out / f"profile-{row}.txt"
         spy = subprocess.Popen(
             [_py_spy(), "record", "--pid", str(gw.pid), "--rate", str(args.rate), "--format",
@@ -240,7 +259,7 @@ def profile_row(row: str, args: argparse.Namespace, env: dict[str, str], tmp: Pa
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(0.5)
-        rps = wrk(args.harness, port, key, args.seconds, args.concurrency)
+        rps = load(args.harness, port, key, args.seconds, args.concurrency)
         spy.wait(args.seconds + 30)
     finally:
         stop(gw)

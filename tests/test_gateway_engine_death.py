@@ -130,6 +130,19 @@ def test_inband_error_scanner() -> None:
     assert cut.status == 500  # unparseable: still a failure
 
 
+def test_inband_error_scanner_finds_the_event_across_any_split() -> None:
+    stream = (b'data: {"choices":[]}\n\n' + b'data: {"error": {"message": "gone", '
+              b'"code": 503}}\n\n' + b"data: [DONE]\n\n")  # fmt: skip
+    for size in (1, 2, 5, 13, 14, 15, 40):
+        for start in range(size):
+            scan = InbandError()
+            pieces = [stream[:start], *(stream[i:i + size]
+                                        for i in range(start, len(stream), size))]  # fmt: skip
+            started = [scan.feed(piece) for piece in pieces]
+            assert started.count(True) == 1, (size, start)
+            assert (scan.status, scan.message) == (503, "gone"), (size, start)
+
+
 @pytest.mark.parametrize("command", [
     ["-m", "inferplane", "sim", "--model", "m"],  # `inferplane sim`
     ["-m", "inferplane.sim.fake_vllm", "serve", "m"],  # the fake `vllm serve` binary

@@ -72,6 +72,7 @@ class FakeEngine:
         self.poison_status: int | None = None
         self.die_after_chunks: int | None = None
         self.stall_after_chunks: int | None = None  # stop sending, keep the connection
+        self.last_with_end = False  # the last part and the chunked end in one write
         self.in_flight = 0
         self.cancelled = 0
         self.metrics_text: str | None = None
@@ -195,7 +196,9 @@ class FakeEngine:
             include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
-            for i, part in enumerate(self.stream_bytes(raw, model, include_usage)):
+            parts = self.stream_bytes(raw, model, include_usage)
+            last = parts.pop() if self.last_with_end else b""
+            for i, part in enumerate(parts):
                 if self.die_after_chunks is not None and i == self.die_after_chunks:
                     assert request.transport is not None
                     request.transport.abort()  # the engine process died
@@ -204,7 +207,7 @@ class FakeEngine:
                     await asyncio.Event().wait()  # a wedged engine
                 await resp.write(part)
                 await asyncio.sleep(self.chunk_delay_s)
-            await resp.write_eof()
+            await resp.write_eof(last)
             return resp
         return web.Response(body=self.completion(raw, model), content_type="application/json")
 

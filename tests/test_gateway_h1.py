@@ -234,11 +234,13 @@ class FakeTransport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.out = bytearray()
+        self.writes: list[bytes] = []
         self.closed = False
         self.reading = True
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.out += data
+        self.writes.append(bytes(data))
 
     def is_closing(self) -> bool:
         return self.closed
@@ -403,3 +405,58 @@ def test_after_startup_runs_once_the_startup_is_done_and_before_listening() -> N
 
     asyncio.run(run())
     assert events == ["startup", "after (listening: False)"]
+
+
+def _streamed(app_steps: Any) -> tuple[list[bytes], list[list[bytes]]]:
+    """Run a streaming app on a fake transport: the writes, and the writes made by the
+    time each of the app's waits began."""
+    seen_at_waits: list[list[bytes]] = []
+
+    async def run() -> list[bytes]:
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            await receive()
+            await app_steps(send, wait)
+
+        async def wait() -> None:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            seen_at_waits.append(list(transport.writes))
+
+        proto = protocol_for(Connections(), app, None)()
+        transport = FakeTransport()
+        proto.connection_made(transport)
+        proto.data_received(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        for _ in range(30):
+            await asyncio.sleep(0)
+        proto.connection_lost(None)
+        proto.guard.close()
+        return transport.writes
+
+    return asyncio.run(run()), seen_at_waits
+
+
+def test_what_a_stream_sends_without_waiting_leaves_in_one_write() -> None:
+    async def steps(send: Send, wait: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"data: a\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"data: b\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    writes, _ = _streamed(steps)
+    assert len(writes) == 1
+    assert writes[0].startswith(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    assert writes[0].endswith(b"9\r\ndata: a\n\n\r\n9\r\ndata: b\n\n\r\n0\r\n\r\n")
+
+
+def test_a_stream_head_and_bytes_are_not_held_while_the_app_waits() -> None:
+    async def steps(send: Send, wait: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await wait()  # an engine's prefill: the head is out before the first byte
+        await send({"type": "http.response.body", "body": b"data: a\n\n", "more_body": True})
+        await wait()  # between tokens: the event is out
+        await send({"type": "http.response.body", "body": b""})
+
+    writes, at_waits = _streamed(steps)
+    assert at_waits[0] == [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"]
+    assert at_waits[1] == writes[:2] and writes[1] == b"9\r\ndata: a\n\n\r\n"
+    assert writes[2:] == [b"0\r\n\r\n"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import openai
@@ -268,3 +269,32 @@ async def test_openai_client_async(setup: tuple[FakeEngine, GatewayApp, str]) ->
     reply = await client.completions.create(model="chat", prompt="hi")
     assert reply.choices  # the fake answers completions with a chat-shaped body; parsed anyway
     await client.close()
+
+
+@pytest.mark.parametrize("one_write", [False, True])
+def test_a_stream_without_usage_is_counted_by_its_token_events(
+    harness: Harness,  # noqa: F811
+    tmp_path: Any,
+    one_write: bool,
+) -> None:
+    """No usage from the engine (none asked for): the access log counts the token events,
+    whether the stream came in pieces or whole (the relay's last piece goes with the end)."""
+    engine = harness.engine("m")
+    engine.chunks = 7
+    if one_write:
+        pieces = engine.stream_bytes
+        engine.stream_bytes = lambda raw, model, usage: [  # type: ignore[method-assign]
+            b"".join(pieces(raw, model, usage))
+        ]
+        engine.last_with_end = True
+    log = tmp_path / "access.log"
+    config = GatewayConfig(models=(ModelRoute("m", endpoints=(engine.url,)),),
+                           access_log_path=str(log))  # fmt: skip
+    app, url = harness.gateway(config)
+    with http.stream("POST", url + "/v1/chat/completions",
+                     json={"model": "m", "messages": [], "stream": True}) as r:  # fmt: skip
+        got = r.read()
+    assert got.count(b"data: ") == 8 and got.endswith(b"data: [DONE]\n\n")
+    harness.run(app.access_log.stop())  # type: ignore[union-attr]
+    row = orjson.loads(log.read_text().splitlines()[-1])
+    assert row["completion_tokens"] == 7

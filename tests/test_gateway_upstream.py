@@ -100,3 +100,44 @@ def test_endpoint_rejects_non_http_urls() -> None:
         Endpoint("ftp://x")
     assert Endpoint("https://engine.example").port == 443
     assert Endpoint("http://10.0.0.1:8001").host_header == b"10.0.0.1:8001"
+
+
+def test_a_body_read_slower_than_it_arrives_pauses_the_engine_connection() -> None:
+    """Above the high-water of unread body bytes the connection stops reading from the
+    engine; reading the body resumes it, and every byte arrives once, in order."""
+    events = [b"data: %06d\n\n" % i for i in range(40_000)]  # ~560 KB of chunked framing
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(len(CHAT))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+        for _ in range(3):  # ~1.7 MB in all, past the 1 MiB high-water
+            for event in events:
+                writer.write(b"%x\r\n%b\r\n" % (len(event), event))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # until the client closes
+
+    async def scenario() -> tuple[bool, bytes]:
+        server = await asyncio.start_server(engine, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = UpstreamClient()
+        conn = await client.post(f"http://127.0.0.1:{port}", "/v1/x", CHAT, b"")
+        for _ in range(200):  # read nothing until the engine's side stalls
+            await asyncio.sleep(0.01)
+            if conn._paused:
+                break
+        paused = conn._paused
+        body = []
+        while chunk := await conn.read_chunk():
+            body.append(chunk)
+        conn.close()
+        client.close()
+        server.close()
+        return paused, b"".join(body)
+
+    paused, body = asyncio.run(scenario())
+    assert paused
+    assert body == b"".join(events) * 3

@@ -140,6 +140,7 @@ class H1Protocol(Bounded, asyncio.Protocol):
     def _bad_request(self) -> None:
         self.head_since = None
         if self.current is not None and self.current.started:
+            self.current.flush_step()
             self.transport.close()
         else:
             self._refuse(400, "invalid HTTP request")
@@ -267,6 +268,7 @@ class H1Protocol(Bounded, asyncio.Protocol):
                 req.complete = True
                 self.answered(req)
             elif not req.complete:
+                req.flush_step()  # what it sent before it failed
                 self.transport.close()
             if not isinstance(exc, Exception):
                 raise
@@ -275,6 +277,7 @@ class H1Protocol(Bounded, asyncio.Protocol):
                 _log.error("the gateway's ASGI app returned without completing its answer")
                 if not req.started:
                     self.transport.write(_ERROR_500)
+                req.flush_step()
                 self.transport.close()
 
     def answered(self, req: Request) -> None:

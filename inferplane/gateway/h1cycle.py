@@ -1,7 +1,13 @@
 """One request on the gateway's own HTTP/1.1 protocol (`h1.py`): its ASGI receive() and
 send(). A response with a Content-Length is held at http.response.start and written with
-its body in one write; any other starts at once (a stream's head is not delayed), chunked
-on HTTP/1.1 and close-delimited on HTTP/1.0; a paused transport makes send() wait."""
+its body in one write; any other is chunked on HTTP/1.1 and close-delimited on HTTP/1.0;
+a paused transport makes send() wait.
+
+A stream's head is held until the app's current step ends (one loop callback, `uncork`)
+and goes out with the body bytes the app sends in that step; body bytes are written at
+once, never held for more. A relayed stream whose engine bytes are all buffered already
+(head, events and the end sent in one step) costs one write and one client read, not
+three; a stream paced by its engine costs one write per event, as before."""
 
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ if TYPE_CHECKING:
 _DISCONNECT: Message = {"type": "http.disconnect"}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _NO_BODY = frozenset({204, 304})
+# Bytes held in a stream head's step above which they go out at once.
+_CORK_BYTES = 64 * 1024
 _STATUS = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 
 
@@ -28,9 +36,9 @@ def _status_line(status: int) -> bytes:
 class Request:
     """One request's receive/send, on the connection that carries it."""
 
-    __slots__ = ("body", "body_done", "chunked", "complete", "conn", "disconnected",
-                 "expect_100", "head", "keep_alive", "length", "more_body", "no_body",
-                 "scope", "started", "waiter")  # fmt: skip
+    __slots__ = ("body", "body_done", "chunked", "complete", "conn", "cork", "disconnected",
+                 "expect_100", "held", "held_bytes", "keep_alive", "length", "more_body",
+                 "no_body", "scope", "started", "waiter")  # fmt: skip
 
     def __init__(self, conn: H1Protocol, scope: dict[str, Any], keep_alive: bool) -> None:
         self.conn = conn
@@ -44,7 +52,9 @@ class Request:
         self.disconnected = False
         self.started = False  # the response head was sent (or is held for the body)
         self.complete = False
-        self.head: list[bytes] | None = None  # a head held back to go out with the body
+        self.held: list[bytes] = []  # answer bytes not written yet (see `_emit`)
+        self.held_bytes = 0
+        self.cork: asyncio.Handle | None = None  # the end of the step: `uncork`
         self.length = -1  # Content-Length bytes still to send; -1: none given
         self.chunked = False
         self.no_body = scope["method"] == "HEAD"
@@ -105,19 +115,46 @@ class Request:
             self.length -= len(body)
             if self.length < 0:
                 raise RuntimeError("response content longer than Content-Length")
-        head = self.head
-        if head is not None:  # the held head goes out with the first body bytes
-            self.head = None
-            head.append(body)
-            body = b"".join(head)
-        if body:
-            conn.transport.write(body)
+        self._emit(body, not more)
         if not more:
             if self.length > 0 and not self.no_body:
                 raise RuntimeError("response content shorter than Content-Length")
             self.complete = True
             self.wake()
             conn.answered(self)
+
+    def _emit(self, data: bytes, last: bool) -> None:
+        """Answer bytes in order, with anything held; in the step of a stream's head they
+        are held with it (up to `_CORK_BYTES`) until the step ends or the answer does."""
+        held = self.held
+        if held:
+            held.append(data)
+            if not last and self.cork is not None:
+                self.held_bytes += len(data)
+                if self.held_bytes < _CORK_BYTES:
+                    return
+            data = b"".join(held)
+            held.clear()
+        if data:
+            self.conn.transport.write(data)
+
+    def uncork(self) -> None:
+        """Write what is held (the app's step ended, or the connection is closing)."""
+        self.cork = None
+        held = self.held
+        if held:
+            data = held[0] if len(held) == 1 else b"".join(held)
+            held.clear()
+            transport = self.conn.transport
+            if not self.disconnected and not transport.is_closing():
+                transport.write(data)
+
+    def flush_step(self) -> None:
+        """Before the connection closes: the bytes this step sent (not a whole response's
+        head held for a body that never came)."""
+        if self.cork is not None:
+            self.cork.cancel()
+            self.uncork()
 
     def _start(self, status: int, headers: Any) -> None:
         self.started = True
@@ -146,6 +183,7 @@ class Request:
             parts.append(b"connection: close\r\n")
         parts.append(b"\r\n")
         if self.length >= 0 and not self.no_body:
-            self.head = parts  # a whole response: one write with its body
+            self.held = parts  # a whole response: one write with its body, no callback
         else:
-            self.conn.transport.write(b"".join(parts))  # a stream: its head now
+            self.held = [b"".join(parts)]  # a stream: its head with this step's bytes
+            self.cork = self.conn.loop.call_soon(self.uncork)

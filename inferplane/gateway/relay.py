@@ -97,27 +97,42 @@ async def relay_stream(
             marker = _RESPONSES_TOKEN_EVENT  # its other events carry no token
         if rec.keeps_response:
             responses.learn(chunk, pool.route.name, backend.url, rec.key_id)
+        token_events = marker == b"\n\n"  # (an error event is one, and carries none)
+        ended = False
         while chunk:
+            # The engine's whole answer is in: this piece goes with the response's end.
+            end = conn.complete
             if stripper is not None:
                 chunk = stripper.feed(chunk)
-            if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                rec.events += chunk.count(marker)
-                prev, last = last, chunk
-                if not inband.seen:
-                    inband.feed(chunk)
-                    if inband.seen and marker == b"\n\n":
-                        rec.events -= 1  # the error event carries no token
-                else:
-                    inband.feed(chunk)
+                if end:
+                    chunk += stripper.flush()
+            if end:
+                # The usage the engine sent (the stream's last, or the one the stripper
+                # took out) bills it, so this piece's events need no count; read before
+                # the send, so that a cancel during it still bills what was generated.
+                usage = stripper.usage if stripper is not None else b""
+                rec.prompt_tokens, rec.completion_tokens = usage_from(usage or last + chunk)
+                rec.usage_known = rec.prompt_tokens > 0 or rec.completion_tokens > 0
+            if chunk or end:
+                await send({"type": "http.response.body", "body": chunk, "more_body": not end})
+                ended = end
+                if chunk:
+                    if not rec.usage_known:
+                        rec.events += chunk.count(marker)
+                    prev, last = last, chunk
+                    if inband.feed(chunk) and token_events:
+                        rec.events -= 1
+            if end:
+                break
             deadline.at = min(loop.time() + idle_s, total_deadline)  # the idle deadline
             chunk = await conn.read_chunk()
         if stripper is not None:
-            rest = stripper.flush()
-            if rest:
-                await send({"type": "http.response.body", "body": rest, "more_body": True})
-                prev, last = last, rest
-                inband.feed(rest)
+            if not ended:
+                rest = stripper.flush()
+                if rest:
+                    await send({"type": "http.response.body", "body": rest, "more_body": True})
+                    prev, last = last, rest
+                    inband.feed(rest)
             prev, last = prev + last, stripper.usage
     except UpstreamBodyError as exc:
         conn.close()
@@ -153,7 +168,8 @@ async def relay_stream(
             )  # fmt: skip
     if last.endswith(_DONE):
         rec.events -= 1
-    rec.prompt_tokens, rec.completion_tokens = usage_from(prev + last)
-    rec.usage_known = rec.prompt_tokens > 0 or rec.completion_tokens > 0
     rec.finished = True
-    await send({"type": "http.response.body", "body": b""})
+    if not ended:
+        rec.prompt_tokens, rec.completion_tokens = usage_from(prev + last)
+        rec.usage_known = rec.prompt_tokens > 0 or rec.completion_tokens > 0
+        await send({"type": "http.response.body", "body": b""})

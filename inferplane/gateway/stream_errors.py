@@ -31,22 +31,30 @@ class InbandError:
     def seen(self) -> bool:
         return self._event is not None
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> bool:
+        """Whether an error event starts in this chunk (the first one only)."""
         if self.status is not None:
-            return
-        if self._event is None:
-            data = self._tail + chunk
-            at = data.find(_MARK)
-            if at < 0:
-                self._tail = data[-(len(_MARK) - 1):]
-                return
-            self._event = bytearray(data[at + len(b"data: "):])
-        else:
+            return False
+        if self._event is not None:
             self._event += chunk
-        end = self._event.find(b"\n\n")
-        if end < 0 and len(self._event) < _MAX_EVENT:
+            self._ends()
+            return False
+        data = self._tail + chunk
+        at = data.find(_MARK)
+        if at < 0:
+            self._tail = data[-(len(_MARK) - 1) :]
+            return False
+        self._event = bytearray(data[at + len(b"data: ") :])
+        self._ends()
+        return True
+
+    def _ends(self) -> None:
+        event = self._event
+        assert event is not None
+        end = event.find(b"\n\n")
+        if end < 0 and len(event) < _MAX_EVENT:
             return
-        self._parse(bytes(self._event[:end] if end >= 0 else self._event))
+        self._parse(bytes(event[:end] if end >= 0 else event))
 
     def finish(self) -> None:
         """The stream ended: an error event cut before its blank line still counts."""

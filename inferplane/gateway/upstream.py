@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -58,6 +59,11 @@ class Connection(asyncio.Protocol):
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.transport: asyncio.Transport | None = None
+        self._chunks: deque[bytes] = deque()
+        # The parser's body callback is the deque's own append (httptools looks callbacks
+        # up once, at its creation): a stream's events arrive as one HTTP chunk each, and a
+        # Python method per chunk was most of what a buffered stream cost to read.
+        self.on_body: Callable[[bytes], None] = self._chunks.append
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.error: BaseException | None = None
@@ -72,7 +78,7 @@ class Connection(asyncio.Protocol):
         self.headers_done = False
         self.complete = False
         self.got_data = False
-        self._chunks: deque[bytes] = deque()
+        self._chunks.clear()
         self._buffered = 0
         self._paused = False
 
@@ -88,6 +94,13 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(exc)
             self.close()
+            return
+        if self._chunks:  # body bytes arrived (counted with their framing: a high-water)
+            self._buffered += len(data)
+            if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
+                self._paused = True
+                self.transport.pause_reading()  # a slow client must not make us buffer
+            self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -109,14 +122,6 @@ class Connection(asyncio.Protocol):
         if self.parser.get_http_version() != "1.1":
             self.keep_alive = False
         self.headers_done = True
-        self._wake()
-
-    def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
-        self._buffered += len(body)
-        if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()  # a slow client must not make us buffer a stream
         self._wake()
 
     def on_message_complete(self) -> None:
