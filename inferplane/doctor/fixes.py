@@ -236,14 +236,18 @@ def tp_sizes(ctx: FixContext, got: Values) -> Values:
         heads = f"the model's {ctx.profile.num_attention_heads} attention heads / " \
                 f"{ctx.profile.num_kv_heads} KV heads"
     else:
-        count = int(got.get("heads") or got.get("kv_heads") or 0)
+        n_heads, n_kv = int(got.get("heads") or 0), int(got.get("kv_heads") or 0)
+        # a valid size divides both counts when the log names both (28 heads, 4 KV heads)
+        count = math.gcd(n_heads, n_kv) if n_heads and n_kv else n_heads or n_kv
         if count == 0:  # the rule quoted without its numbers: nothing to compute from
             out["heads_text"] = ("the model's attention heads (the log names neither their "
                                  "count nor the model)")
             return out  # no valid_tp: the fix without numbers (fix_generic) is shown
         valid = [d for d in range(1, min(count, 64) + 1) if count % d == 0]
-        kind = "attention" if got.get("heads") else "KV"
-        heads = f"the {count} {kind} heads"
+        if n_heads and n_kv:
+            heads = f"the {n_heads} attention heads and {n_kv} KV heads"
+        else:
+            heads = f"the {count} {'attention' if n_heads else 'KV'} heads"
     out["heads_text"] = heads
     if not said_tp:  # the size asked for is cut from the message: list the sizes, pick none
         out["sizes_text"] = f"sizes that divide {heads}: {', '.join(map(str, valid))}"
