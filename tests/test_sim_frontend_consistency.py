@@ -1,0 +1,153 @@
+"""One model of the API server's cost: the live engine, the offline replay, capacity's
+clock and the SLA estimate agree (inferplane/sim/frontend.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferplane.bench.simclock import Arrival, simulate
+from inferplane.scaling.sla import ReplicaModel, estimate
+from inferplane.sim.build import build_parts
+from inferplane.sim.config import SimEngineConfig
+from inferplane.sim.core import EngineCore, KvCapacity
+from inferplane.sim.engine import SimEngine
+from inferplane.sim.frontend import ProcessorSharing, api_server_work_s, mean_sojourn_s
+from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
+from inferplane.sim.scheduler import SimRequest
+from inferplane.sim.timing import DEFAULT_CALIBRATION
+
+# Roofline timing (the front end is off with fixed step times), a visible per-request cost
+CAL = replace(DEFAULT_CALIBRATION, chat_template_s=0.004, tokenize_s=0.001,
+              request_overhead_s=0.0005)
+CONFIG = SimEngineConfig(model="m", max_model_len=2048, calibration=CAL, tick_s=0.002)
+PARTS = build_parts(CONFIG)
+
+
+def _core() -> EngineCore:
+    m = PARTS.memory
+    return EngineCore(KvCapacity(m.num_gpu_blocks, m.block_size, m.max_num_seqs,
+                                 m.max_num_batched_tokens), PARTS.timing)
+
+
+def _replay_ttfts(items: list[WorkItem], work_s: float) -> float:
+    return run_workload(_core(), items, frontend_s=work_s).mean_ttft_s
+
+
+async def _live_ttfts(items: list[WorkItem], endpoint: str) -> float:
+    """Mean TTFT on the live engine's own (simulated) clock for a burst of `items`, each
+    its own API call, all sent at one instant of the event loop."""
+    engine = SimEngine(build_parts(CONFIG))
+    engine.start()
+    loop = asyncio.get_running_loop()
+    requests = [SimRequest(request_id=f"r{k}", prompt_token_ids=item.prompt_token_ids,
+                           output_tokens=item.output_tokens, finish_reason="length",
+                           arrival_s=0.0)
+                for k, item in enumerate(items)]
+    t0 = loop.time()
+    frozen = pytest.MonkeyPatch()
+    frozen.setattr(loop, "time", lambda: t0)  # the burst arrives at one instant
+    try:
+        queues = [engine.submit(r, endpoint=endpoint) for r in requests]
+    finally:
+        frozen.undo()
+    try:
+        for request, queue in zip(requests, queues, strict=True):
+            while not (await queue.get()).finished:
+                pass
+            engine.release(request)
+    finally:
+        await engine.stop()
+    overhead = engine.core.timing.request_overhead_s
+    return statistics.fmean(r.first_token_s - r.arrival_s + overhead for r in requests
+                            if r.first_token_s is not None)
+
+
+bursts = st.lists(st.tuples(st.integers(8, 300), st.integers(1, 4)), min_size=1, max_size=8)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bursts, st.sampled_from(["chat", "completions"]))
+def test_live_engine_and_replay_agree_on_ttft(burst: list[tuple[int, int]],
+                                             endpoint: str) -> None:
+    items = [WorkItem(synthetic_prompt(n, k), out) for k, (n, out) in enumerate(burst)]
+    work = api_server_work_s(PARTS.timing.calibration, endpoint, coded=False)
+    assert work == (0.004 if endpoint == "chat" else 0.001)
+    live = asyncio.run(_live_ttfts(items, endpoint))
+    replay = _replay_ttfts(items, work)
+    assert live == pytest.approx(replay, abs=1e-9)
+    # The oracle: the burst reaches the engine together, len(burst) x the work after it
+    # was sent, so TTFT grows by exactly that over an engine without a front end.
+    assert replay == pytest.approx(_replay_ttfts(items, 0.0) + len(items) * work, abs=1e-9)
+
+
+async def test_a_call_with_n_choices_passes_the_front_end_once() -> None:
+    engine = SimEngine(build_parts(CONFIG))
+    choices = [SimRequest(request_id=f"c{k}", prompt_token_ids=synthetic_prompt(32, 0),
+                          output_tokens=2, finish_reason="length", arrival_s=0.0)
+               for k in range(3)]
+    engine.submit_call(choices, endpoint="chat")
+    assert len(engine.front) == 1 and engine.front.next_done_s() == pytest.approx(
+        choices[0].arrival_s + 0.004)
+    engine.abort(choices[1])  # a choice gone before the engine saw it never reaches it
+    engine._admit(choices[0].arrival_s + 0.01)
+    assert list(engine.core.scheduler.waiting) == [choices[0], choices[2]]
+
+
+def test_capacity_clock_and_replay_agree_with_a_front_end() -> None:
+    rng = random.Random(3)
+    items = [WorkItem(synthetic_prompt(rng.randint(16, 400), k), rng.randint(1, 40))
+             for k in range(40)]
+    for work in (0.0, 0.003):
+        replay = run_workload(_core(), items, frontend_s=work)
+        clock = simulate(_core(), [Arrival(0.0, i.prompt_token_ids, i.output_tokens)
+                                   for i in items], frontend_s=work)
+        assert statistics.fmean(clock.ttft_s) == pytest.approx(replay.mean_ttft_s, abs=1e-9)
+        assert clock.duration_s + PARTS.timing.request_overhead_s == pytest.approx(
+            replay.duration_s, abs=1e-9)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.floats(0.001, 0.01), st.floats(0.1, 0.8))
+def test_the_sla_front_end_term_is_the_simulated_queue(work: float, rho: float) -> None:
+    """M/G/1-PS: the SLA estimate's mean time in the front end matches the simulated
+    processor-sharing queue under Poisson arrivals at utilization `rho`."""
+    rate = rho / work
+    rng = random.Random(7)
+    ps: ProcessorSharing[int] = ProcessorSharing(work)
+    t = 0.0
+    arrived: dict[int, float] = {}
+    sojourn: list[float] = []
+    for k in range(6000):
+        t += rng.expovariate(rate)
+        sojourn += [done - arrived.pop(job) for job, done in ps.advance(t)]
+        ps.submit(k, t)
+        arrived[k] = t
+    sojourn += [done - arrived.pop(job) for job, done in ps.advance(1e9)]
+    # the first tenth warms the queue up
+    measured = statistics.fmean(sojourn[len(sojourn) // 10:])
+    assert measured == pytest.approx(mean_sojourn_s(work, rate), rel=0.15)
+
+
+def test_the_sla_estimate_adds_the_front_end() -> None:
+    toy = ReplicaModel(step_s=lambda b, ctx: 0.010 + 0.001 * b, prefill_s=lambda n: 1e-4 * n,
+                       max_num_seqs=64, request_overhead_s=0.001, frontend_s=0.005)
+    idle = estimate(toy, rate=0, prompt_tokens=100, output_tokens=10, ttft_target_s=None,
+                    itl_target_s=None)
+    assert idle.ttft_s == pytest.approx(0.001 + 0.005 + 0.01)
+    plain = replace(toy, frontend_s=0.0)
+    kw = dict(rate=40.0, prompt_tokens=100, output_tokens=10, ttft_target_s=None,
+              itl_target_s=None)
+    with_front, without = estimate(toy, **kw), estimate(plain, **kw)  # type: ignore[arg-type]
+    assert with_front.replicas == without.replicas
+    per_replica = 40.0 / with_front.replicas
+    assert with_front.ttft_s - without.ttft_s == pytest.approx(
+        0.005 / (1 - per_replica * 0.005))
+    assert mean_sojourn_s(0.01, 100.0) == float("inf")
