@@ -151,3 +151,14 @@ def test_the_sla_estimate_adds_the_front_end() -> None:
     assert with_front.ttft_s - without.ttft_s == pytest.approx(
         0.005 / (1 - per_replica * 0.005))
     assert mean_sojourn_s(0.01, 100.0) == float("inf")
+
+
+def test_a_traffic_file_names_the_api_its_clients_call() -> None:
+    from inferplane.bench.traffic import parse_traffic
+    from inferplane.errors import InferplaneError
+
+    row = {"peak_rps": 5, "input_tokens": 100, "output_tokens": 10}
+    traffic = parse_traffic({"models": {"a": row, "b": row | {"api": "chat"}}}, "t.yaml")
+    assert traffic.models["a"].api == "completions" and traffic.models["b"].api == "chat"
+    with pytest.raises(InferplaneError, match="unknown API"):
+        parse_traffic({"models": {"a": row | {"api": "responses"}}}, "t.yaml")
