@@ -27,7 +27,7 @@ from inferplane.sim.config import SimEngineConfig
 from inferplane.sim.core import EngineCore, KvCapacity
 from inferplane.sim.formats import generation
 from inferplane.sim.formats import weight_format as format_name
-from inferplane.sim.frontend import chat_frontend_s, coded_renderer
+from inferplane.sim.frontend import api_server_work_s, coded_renderer
 from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
 from inferplane.sim.timing import DEFAULT_CALIBRATION, Calibration, calibration_for
 
@@ -177,7 +177,7 @@ def replay(point: dict[str, Any], calibration: Calibration | None = None) -> Row
         parts.timing,
     )
     w = point["workload"]
-    frontend_s = chat_frontend_s(calibration, endpoint(point), coded_chat(point))
+    frontend_s = api_server_work_s(calibration, endpoint(point), coded_chat(point))
     result = run_workload(core, workload(point), max_concurrency=w["max_concurrency"],
                           request_rate=w.get("request_rate"),
                           poisson_seed=0 if w.get("arrivals") == "poisson" else None,

@@ -88,7 +88,9 @@ def test_the_simulators_replica_model_carries_its_request_overhead(
     assert model.request_overhead_s == 0.05
     e = estimate(model, rate=0, prompt_tokens=100, output_tokens=10, ttft_target_s=None,
                  itl_target_s=None)
-    assert e.ttft_s == pytest.approx(model.prefill_s(100) + 0.05)
+    # ... and before the engine, the chat template the API server renders for it
+    assert model.frontend_s == slow.chat_template_s > 0
+    assert e.ttft_s == pytest.approx(model.prefill_s(100) + 0.05 + model.frontend_s)
 
 
 def test_a_tighter_itl_target_shrinks_the_batch_and_needs_more_replicas() -> None:

@@ -7,7 +7,7 @@ import pytest
 from inferplane.sim.build import build_parts
 from inferplane.sim.config import SimEngineConfig
 from inferplane.sim.core import EngineCore, KvCapacity
-from inferplane.sim.frontend import ProcessorSharing, chat_frontend_s, coded_renderer
+from inferplane.sim.frontend import ProcessorSharing, api_server_work_s, coded_renderer
 from inferplane.sim.offline import WorkItem, run_workload, synthetic_prompt
 from inferplane.sim.timing import Calibration
 
@@ -81,11 +81,14 @@ def test_closed_loop_clients_with_a_front_end_finish() -> None:
 
 def test_only_chat_pays_and_coded_renderers_cost_their_own() -> None:
     cal = Calibration(0.8, 0.4, 0.001, 2e-5, chat_template_s=0.006, chat_renderer_s=0.001)
-    assert chat_frontend_s(cal, "chat", coded=False) == 0.006
-    assert chat_frontend_s(cal, "chat", coded=True) == 0.001
-    assert chat_frontend_s(cal, "completions", coded=False) == 0.0
+    assert api_server_work_s(cal, "chat", coded=False) == 0.006
+    assert api_server_work_s(cal, "chat", coded=True) == 0.001
+    assert api_server_work_s(cal, "completions", coded=False) == 0.0  # tokenize_s as fitted
+    tokenizing = Calibration(0.8, 0.4, 0.001, 2e-5, chat_template_s=0.006, tokenize_s=0.002)
+    assert api_server_work_s(tokenizing, "completions", coded=False) == 0.002
+    assert api_server_work_s(tokenizing, None, coded=False) == 0.0  # embeddings, in process
     fixed = Calibration(0.8, 0.4, 0.001, 2e-5, fixed_decode_step_s=0.01, chat_template_s=0.006)
-    assert chat_frontend_s(fixed, "chat", coded=False) == 0.0
+    assert api_server_work_s(fixed, "chat", coded=False) == 0.0
     # gpt-oss always takes Harmony; DeepSeek-V3.2 only with its tokenizer mode.
     assert coded_renderer("gpt_oss") and coded_renderer("gpt_oss", "auto")
     assert coded_renderer("deepseek_v32", "deepseek_v32") and not coded_renderer("deepseek_v32")

@@ -35,6 +35,7 @@ from inferplane.errors import InferplaneError
 from inferplane.estimator.types import EngineSettings, MemoryEstimate
 from inferplane.gpus.spec import GpuSpec
 from inferplane.models.profile import ModelProfile
+from inferplane.sim.frontend import api_server_work_s, coded_renderer
 from inferplane.sim.timing import StepTimeModel
 from inferplane.spec import FleetSpec, ModelSpec
 
@@ -183,6 +184,7 @@ class EngineParts:
 
     memory: MemoryEstimate
     timing: StepTimeModel
+    coded_chat: bool = False  # chat rendered in code, not Jinja (sim.frontend)
 
 
 def _engine_parts(
@@ -197,7 +199,8 @@ def _engine_parts(
     if not memory.fits or memory.num_gpu_blocks < 1:
         return None
     return EngineParts(memory, step_time_model(profile, memory, gpu,
-                                               settings.tensor_parallel_size))
+                                               settings.tensor_parallel_size),
+                       coded_renderer(profile.model_type))
 
 
 class _Search:
@@ -244,10 +247,13 @@ class _Search:
                        m.max_num_batched_tokens),
             candidate.parts.timing,
         )
+        parts = candidate.parts
+        front_s = api_server_work_s(parts.timing.calibration, self.traffic.api,
+                                    parts.coded_chat)
         try:
             outcome = simulate(core, arrivals, measure_from=measure_from, limits=limits,
                                hashes=self._hashes.setdefault(m.block_size, {}),
-                               measure_until=measure_until)
+                               measure_until=measure_until, frontend_s=front_s)
         except ValueError:  # a request longer than the whole KV pool
             outcome = Outcome(stopped_early=True, kv_blocked_steps=1)
         pct = self.slo.get("percentile", DEFAULT_PERCENTILE)

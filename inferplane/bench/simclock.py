@@ -6,7 +6,10 @@ sleeping. Runs of identical decode steps - every running request decoding, nothi
 could be admitted - are applied in one jump (the scheduler would do exactly the same steps
 one by one: the step times come from the same model, the KV blocks are allocated up
 front), which makes a run cost about one Python step per arrival and per finish instead
-of one per generated token.
+of one per generated token. With `frontend_s` each request first spends that much of the
+API server's one event loop, shared with the requests in that phase, and reaches the
+engine at the first step boundary after (`inferplane.sim.frontend`, as the live engine
+and the offline replays do).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 
 from inferplane.sim.blocks import block_hashes
 from inferplane.sim.core import EngineCore
+from inferplane.sim.frontend import ProcessorSharing
 from inferplane.sim.scheduler import SimRequest, Status
 from inferplane.sim.timing import StepShape
 
@@ -83,8 +87,10 @@ def _violates(req: SimRequest, limits: Limits, overhead_s: float = 0.0) -> bool:
 class _Run:
     def __init__(self, core: EngineCore, arrivals: Sequence[Arrival], measure_from: int,
                  limits: Limits, hashes: dict[int, list[int]] | None,
-                 measure_until: int | None = None) -> None:
+                 measure_until: int | None = None, frontend_s: float = 0.0) -> None:
         self.core = core
+        self.front: ProcessorSharing[SimRequest] | None = (
+            ProcessorSharing(frontend_s) if frontend_s > 0 else None)
         self.sched = core.scheduler
         self.limits = limits
         self.measure_from = measure_from
@@ -106,21 +112,35 @@ class _Run:
                 arrival_s=arrival.at_s,
             )
             self.index[id(request)] = i
-            if self.hashes is None:
-                self.core.add(request)
-                continue
+            if self.front is None:
+                self.enqueue(request)
+            else:
+                self.front.submit(request, arrival.at_s)
+        if self.front is not None:
+            for request, _ in self.front.advance(self.now):
+                self.enqueue(request)
+
+    def enqueue(self, request: SimRequest) -> None:
+        """The request reaches the engine core."""
+        if self.hashes is None:
+            self.core.add(request)
+        else:
             # Scheduler.add, with the prompt's block hashes computed once per arrival.
+            i = self.index[id(request)]
             sched = self.sched
-            needed = -(-(request.num_prompt_tokens + request.output_tokens) // sched.block_size)
-            if needed > sched.pool.num_blocks:
-                raise ValueError(f"request needs {needed} KV blocks but the pool has "
-                                 f"{sched.pool.num_blocks}")
+            sched.check(request)
             cached = self.hashes.get(i)
             if cached is None:
                 cached = self.hashes[i] = block_hashes(request.prompt_token_ids,
                                                        sched.block_size)
             request.hashes = cached
             sched.waiting.append(request)
+
+    def next_event_s(self) -> float:
+        """The next arrival, or the next request through the front end."""
+        t = self.pending[0][1].at_s if self.pending else math.inf
+        due = self.front.next_done_s() if self.front is not None else None
+        return t if due is None else min(t, due)
 
     def finished(self, request: SimRequest) -> None:
         i = self.index.pop(id(request))
@@ -175,7 +195,7 @@ class _Run:
         if steps < 2:
             return False
         timing = self.core.timing
-        next_arrival = self.pending[0][1].at_s if self.pending else math.inf
+        next_arrival = self.next_event_s()
         t = self.now
         prev_t = t
         taken = 0
@@ -226,10 +246,10 @@ class _Run:
 
     def run(self) -> Outcome:
         allowed = self.limits.allowed_violations
-        while self.pending or self.sched.has_work:
+        while self.pending or self.sched.has_work or self.front:
             self.admit_arrivals()
             if not self.sched.has_work:
-                self.now = max(self.now, self.pending[0][1].at_s)
+                self.now = max(self.now, self.next_event_s())
                 continue
             if not self.jump():
                 self.step()
@@ -275,10 +295,13 @@ def simulate(
     limits: Limits | None = None,
     hashes: dict[int, list[int]] | None = None,
     measure_until: int | None = None,
+    frontend_s: float = 0.0,
 ) -> Outcome:
     """Run `arrivals` (sorted by time) through `core` until all finish or the SLO is lost.
     `hashes`: a cache of prompt block hashes by arrival index, shared by runs of the same
     arrivals on engines of the same block size (capacity searches). `measure_until`:
     arrivals from this index on are load only, not measured; the run ends once every
-    measured request has finished."""
-    return _Run(core, arrivals, measure_from, limits or Limits(), hashes, measure_until).run()
+    measured request has finished. `frontend_s`: the API server's input processing per
+    request (`frontend.api_server_work_s`; see the module doc)."""
+    return _Run(core, arrivals, measure_from, limits or Limits(), hashes, measure_until,
+                frontend_s).run()

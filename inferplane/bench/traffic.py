@@ -8,6 +8,8 @@
         output_tokens: 300         # same forms
         prefix_share: 0.6          # share of each prompt that is a shared prefix (P45)
         num_prefixes: 4            # how many distinct shared prefixes
+        api: chat                  # or completions (the default, as `inferplane bench`):
+                                   # what the API server spends per request first
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from inferplane.bench.metrics import parse_slo
 from inferplane.bench.simclock import Arrival
 from inferplane.errors import InferplaneError
 
-_MODEL_KEYS = {"peak_rps", "daily_rps", "input_tokens", "output_tokens", "prefix_share",
+APIS = ("completions", "chat")
+_MODEL_KEYS = {"api", "peak_rps", "daily_rps", "input_tokens", "output_tokens", "prefix_share",
                "num_prefixes"}
 
 
@@ -47,6 +50,7 @@ class ModelTraffic:
     prefix_share: float = 0.0
     num_prefixes: int = 1
     flat_day: bool = True  # no daily profile given: the peak all day
+    api: str = "completions"  # the endpoint clients call (sim.frontend.api_server_work_s)
 
     def arrivals(self, rate: float, count: int, seed: int = 0) -> list[Arrival]:
         """`count` Poisson arrivals at `rate` req/s, lengths and shared prefixes drawn with
@@ -145,8 +149,16 @@ def parse_traffic(data: Any, where: str) -> Traffic:
             num_prefixes=int(_number(row.get("num_prefixes", 1), f"{at}.num_prefixes",
                                      low=1)),
             flat_day=daily is None,
+            api=_api(row.get("api", "completions"), f"{at}.api"),
         )
     return Traffic(models, slo)
+
+
+def _api(value: Any, where: str) -> str:
+    if value not in APIS:
+        raise InferplaneError("unknown API", location=where, value=str(value),
+                              fix="api: completions or api: chat")
+    return str(value)
 
 
 def load_traffic(path: Path) -> Traffic:

@@ -13,7 +13,11 @@ step of `b` sequences with their context costs `step_s(b)`, a prompt's prefill
   (`request_overhead_s`: HTTP, tokenization, the first streamed chunk), paid outside the
   GPU's steps: it neither queues nor takes a batch slot, and no replica count removes
   it, so a TTFT target below it is never met (the estimate says so by reaching
-  `max_replicas`).
+  `max_replicas`). Before the engine, each request's input processing (`frontend_s`,
+  `sim.frontend.api_server_work_s`: the chat template, or a completions prompt's
+  tokenizer) shares its replica's one API-server event loop with the others: processor
+  sharing, `frontend_s / (1 - rate / n x frontend_s)` on average (M/G/1-PS), the same
+  queue the simulator's live engine and replays run.
 
 The rate and mix are measured at the gateway over the last `max(2 x scale_up_window_s,
 2 s)` (arrivals: finished plus the change in flight and queued). The correction is
@@ -41,6 +45,7 @@ class ReplicaModel:
     prefill_s: Callable[[int], float]  # prompt tokens -> seconds
     max_num_seqs: int
     request_overhead_s: float = 0.0  # per request, outside the engine's steps
+    frontend_s: float = 0.0  # per request, the API server's input processing (shared)
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ def estimate(model: ReplicaModel, *, rate: float, prompt_tokens: float,
              output_tokens: float, ttft_target_s: float | None, itl_target_s: float | None,
              correction: float = 1.0, max_replicas: int = 1000) -> Estimate:
     """Replicas needed for `rate` requests/s of this mix under the targets."""
+    from inferplane.sim.frontend import mean_sojourn_s  # the simulator loads on first use
     prompt = max(1, int(prompt_tokens))
     output = max(1.0, output_tokens)
     context = prompt + int(output / 2)  # the mean context of a sequence while it decodes
@@ -69,12 +75,13 @@ def estimate(model: ReplicaModel, *, rate: float, prompt_tokens: float,
     throughput = batch / (prefill + output * itl)
     overhead = model.request_overhead_s
     if rate <= 0:
-        return Estimate(0, batch, itl, overhead + prefill, throughput)
+        return Estimate(0, batch, itl, overhead + model.frontend_s + prefill, throughput)
     n = max(1, math.ceil(rate / (throughput * UTILIZATION)))
     ttft = overhead + prefill
     while n <= max_replicas:
         rho = rate / (n * throughput) if n else 0.0
-        ttft = overhead + prefill / (1 - rho) if rho < 1 else math.inf
+        front = mean_sojourn_s(model.frontend_s, rate / n)
+        ttft = overhead + front + prefill / (1 - rho) if rho < 1 else math.inf
         if ttft_target_s is None or ttft <= ttft_target_s:
             break
         n += 1
@@ -82,13 +89,16 @@ def estimate(model: ReplicaModel, *, rate: float, prompt_tokens: float,
 
 
 def replica_model_for(model_dir: str | None, served: str, *, gpu: str, tp: int,
-                      max_num_seqs: int, max_model_len: int | None) -> ReplicaModel:
+                      max_num_seqs: int, max_model_len: int | None,
+                      api: str = "chat") -> ReplicaModel:
     """The simulator's timing model of one replica (the default profile without a
-    readable model directory)."""
+    readable model directory), for requests to `api` (a gateway's clients: chat, the
+    dearer path, unless told otherwise)."""
     from pathlib import Path
 
     from inferplane.sim.build import build_parts
     from inferplane.sim.config import SimEngineConfig
+    from inferplane.sim.frontend import api_server_work_s, coded_renderer
     from inferplane.sim.timing import StepShape
 
     path = Path(model_dir) if model_dir else None
@@ -105,8 +115,11 @@ def replica_model_for(model_dir: str | None, served: str, *, gpu: str, tp: int,
     def prefill_s(tokens: int) -> float:
         return timing.step_time_s(StepShape(tokens, 0, tokens, tokens * (tokens + 1) // 2, 1))
 
+    front = api_server_work_s(timing.calibration, api,
+                              coded_renderer(parts.profile.model_type,
+                                             parts.config.tokenizer_mode))
     return ReplicaModel(step_s, prefill_s, parts.memory.max_num_seqs,
-                        request_overhead_s=timing.request_overhead_s)
+                        request_overhead_s=timing.request_overhead_s, frontend_s=front)
 
 
 def histogram(text: str, name: str) -> tuple[dict[float, float], float, float]:

@@ -99,6 +99,9 @@ class SimEngineConfig:
     # vLLM's --runner: "auto" takes the task from the checkpoint (architecture, name);
     # "pooling" serves embeddings, "generate" completions, whatever the checkpoint says.
     runner: str = "auto"
+    # vLLM's --tokenizer-mode: "deepseek_v32" renders chat in code (frontend.py), which
+    # sets the API server's cost per chat request; the others all take the chat template.
+    tokenizer_mode: str = "auto"
     # vLLM's --enable-lora and companions (sim/lora.py); None: LoRA off.
     lora: SimLoraConfig | None = None
     faults: FaultConfig = field(default_factory=FaultConfig)

@@ -6,21 +6,31 @@ step. Token timestamps (and so every latency metric) are the simulated ones, exa
 delivery is batched by up to `tick_s`, which keeps 50 busy engines cheap on two cores.
 The timing model's per-request serving cost (`request_overhead_s`: API server work around
 the GPU's steps) delays every token's delivery by that much, so a client's TTFT and
-end-to-end latency include it and its TPOT does not.
+end-to-end latency include it and its TPOT does not. Before that, an API call's input
+processing (`frontend.api_server_work_s`: a chat template, or the tokenizer of a
+completions prompt) runs on the API server's one event loop, shared with the calls in
+that phase (`frontend.ProcessorSharing`, on the simulated clock): its choices reach the
+engine core at the first step boundary after it is through, as in the offline replays.
+An engine that was idle starts its simulated clock at the first arrival (or the first
+call through the front end), not when the task woke, so the simulated timestamps do not
+depend on how late the event loop ran it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from inferplane.aio import cancel_and_wait
 from inferplane.gpus import GIB
 from inferplane.sim.build import EngineParts
 from inferplane.sim.core import EngineCore, KvCapacity
+from inferplane.sim.frontend import ProcessorSharing, api_server_work_s, coded_renderer
 from inferplane.sim.lora import SimAdapters
 from inferplane.sim.metrics import EngineMetrics
 from inferplane.sim.scheduler import SimRequest, TokenEvent
@@ -64,6 +74,11 @@ class SimEngine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._sim_now = 0.0
+        # The API server's input processing: one job per API call, its choices
+        self.front: ProcessorSharing[tuple[SimRequest, ...]] = ProcessorSharing()
+        self.coded_chat = coded_renderer(parts.profile.model_type, config.tokenizer_mode)
+        self._in_front: set[SimRequest] = set()
+        self._ready_s = math.inf  # earliest arrival the idle engine has not started on
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -87,16 +102,37 @@ class SimEngine:
     # -- requests --------------------------------------------------------------------
 
     def submit(
-        self, request: SimRequest, queue: asyncio.Queue[TokenEvent] | None = None
+        self, request: SimRequest, queue: asyncio.Queue[TokenEvent] | None = None,
+        endpoint: str | None = None,
     ) -> asyncio.Queue[TokenEvent]:
         """Queue a request (raises ValueError if it can never fit); tokens arrive on the queue.
 
         Several requests may share one `queue` (the choices of one API call): each event
-        names its request."""
-        request.arrival_s = asyncio.get_running_loop().time()
-        self.core.add(request)
+        names its request. `endpoint` ("chat", "completions") sets the API server's input
+        processing it waits for first (`frontend.api_server_work_s`); None: none."""
+        return self.submit_call([request], queue, endpoint)
+
+    def submit_call(
+        self, requests: Sequence[SimRequest], queue: asyncio.Queue[TokenEvent] | None = None,
+        endpoint: str | None = None,
+    ) -> asyncio.Queue[TokenEvent]:
+        """The choices of one API call: one arrival, one pass through the API server (vLLM
+        renders and tokenizes a call once for all its `n` choices), one shared queue."""
+        for request in requests:
+            self.core.scheduler.check(request)
+        now = asyncio.get_running_loop().time()
         queue = queue if queue is not None else asyncio.Queue()
-        self._streams[request] = queue
+        for request in requests:
+            request.arrival_s = now
+            self._streams[request] = queue
+        work = api_server_work_s(self.core.timing.calibration, endpoint, self.coded_chat)
+        if work > 0:
+            self.front.submit(tuple(requests), now, work)
+            self._in_front.update(requests)
+        else:
+            for request in requests:
+                self.core.add(request)
+        self._ready_s = min(self._ready_s, now)
         self._wake.set()
         return queue
 
@@ -119,8 +155,14 @@ class SimEngine:
             self.on_death()
 
     def abort(self, request: SimRequest) -> None:
-        if self._streams.pop(request, None) is not None and request.finished_s is None:
-            self.core.abort(request)
+        if self._streams.pop(request, None) is None or request.finished_s is not None:
+            return
+        if request in self._in_front:
+            # Still in the API server: its work goes on (vLLM's handler renders the call
+            # before it reaches the engine), and the engine core never sees it.
+            self._in_front.discard(request)
+            return
+        self.core.abort(request)
 
     def release(self, request: SimRequest) -> None:
         """Forget a finished request's stream."""
@@ -128,18 +170,45 @@ class SimEngine:
 
     # -- the step loop ---------------------------------------------------------------
 
+    def _admit(self, until_s: float) -> None:
+        """API calls through the front end by `until_s` enter the engine core (those of
+        their choices whose client is still there)."""
+        for call, _ in self.front.advance(until_s):
+            for request in call:
+                if request in self._in_front:
+                    self._in_front.discard(request)
+                    self.core.add(request)
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         tick = self.parts.config.tick_s
         while True:
-            if not self.core.has_work:
+            idle = not self.core.has_work
+            if idle:
                 self._wake.clear()
-                await self._wake.wait()
+                due = self.front.next_done_s()
+                if due is None:
+                    await self._wake.wait()
+                elif due > loop.time() + tick:
+                    with contextlib.suppress(TimeoutError):  # the front end's next call is due
+                        await asyncio.wait_for(self._wake.wait(), due - tick - loop.time())
             now = loop.time()
-            self._sim_now = max(self._sim_now, now)
+            # Idle until now: start at the first arrival or call through the front end,
+            # however late this task woke.
+            due = self.front.next_done_s()
+            start = min(now, self._ready_s, math.inf if due is None else due) if idle else now
+            self._ready_s = math.inf
+            self._sim_now = max(self._sim_now, start)
             horizon = now + tick
             events: list[TokenEvent] = []
-            while self.core.has_work and self._sim_now < horizon:
+            while self._sim_now < horizon:
+                self._admit(self._sim_now)
+                if not self.core.has_work:
+                    due = self.front.next_done_s()
+                    if due is None or due >= horizon:
+                        break
+                    self._sim_now = max(self._sim_now, due)
+                    continue
                 duration, produced = self.core.step(self._sim_now)
                 self._sim_now += duration
                 events.extend(produced)

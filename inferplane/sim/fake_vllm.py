@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument("--kv-cache-memory-bytes", type=human_readable_int, default=None)
     parser.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto")
+    parser.add_argument("--tokenizer-mode", default="auto")
     parser.add_argument("--task", default=None)  # before vLLM 0.10.2: --task embed
     parser.add_argument("--enable-lora", action="store_true")
     parser.add_argument("--max-loras", type=int, default=1)
@@ -116,6 +117,7 @@ def parse_serve_args(argv: Sequence[str]) -> tuple[SimEngineConfig, list[str]]:
         tool_call_parser=args.tool_call_parser,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         runner="pooling" if args.task in ("embed", "embedding") else args.runner,
+        tokenizer_mode=args.tokenizer_mode,
         lora=lora_config(
             args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
             max_cpu_loras=args.max_cpu_loras, modules=args.lora_modules,

@@ -19,6 +19,7 @@ between steps (`EngineCoreProc.run_busy_loop`: `_process_input_queue`, then
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -39,27 +40,44 @@ def coded_renderer(model_type: str, tokenizer_mode: str | None = None) -> bool:
     )
 
 
-def chat_frontend_s(calibration: Calibration, endpoint: str, coded: bool) -> float:
-    """The API server's input processing per request for `endpoint` ("chat" or
-    "completions"): the chat path's cost (`coded`: a renderer in code, else a Jinja
-    template), 0 for completions and for fixed step times (known-answer tests)."""
-    if (
-        endpoint != "chat"
-        or calibration.fixed_prefill_step_s is not None
-        or calibration.fixed_decode_step_s is not None
-    ):
+def api_server_work_s(calibration: Calibration, endpoint: str | None, coded: bool) -> float:
+    """The API server's input processing per API call to `endpoint`: "chat" pays its chat
+    path (`coded`: a renderer in code, else a Jinja template; tokenization included),
+    "completions" the tokenizer only (`tokenize_s`); anything else (None: embeddings,
+    in-process callers) and fixed step times (known-answer tests) pay nothing. The one
+    model of this cost: the live engine (engine.py), the replays (offline.py), capacity's
+    clock (bench/simclock.py) and the SLA estimate (scaling/sla.py) all take it from here."""
+    if calibration.fixed_prefill_step_s is not None or calibration.fixed_decode_step_s is not None:
         return 0.0
-    return calibration.chat_renderer_s if coded else calibration.chat_template_s
+    if endpoint == "chat":
+        return calibration.chat_renderer_s if coded else calibration.chat_template_s
+    if endpoint == "completions":
+        return calibration.tokenize_s
+    return 0.0
 
 
-_EPS = 1e-12
+def mean_sojourn_s(work_s: float, rate: float) -> float:
+    """Mean time a job of `work_s` spends in a processor-sharing server that `rate` such
+    jobs per second arrive at (Poisson): work / (1 - utilization), M/G/1-PS; inf when
+    the server is saturated."""
+    if work_s <= 0:
+        return 0.0
+    rho = rate * work_s
+    return work_s / (1.0 - rho) if rho < 1.0 else math.inf
+
+
+# Work left below this counts as done: far under any modelled cost, and above the
+# rounding of an absolute clock (the live engine's loop.time(), ~1e6 s: ulp ~1e-10 s),
+# so serving up to a finishing time always finishes the job.
+_EPS = 1e-9
 
 
 @dataclass
 class ProcessorSharing(Generic[T]):
-    """Jobs of `work_s` seconds each, served together at an equal share of one server."""
+    """Jobs served together at an equal share of one server; each needs `work_s` seconds
+    of it unless submitted with its own."""
 
-    work_s: float
+    work_s: float = 0.0
     now_s: float = 0.0
     _jobs: list[tuple[T, float]] = field(default_factory=list)  # (job, work left)
     # Finished while serving up to an arrival, handed out by the next `advance`.
@@ -68,10 +86,10 @@ class ProcessorSharing(Generic[T]):
     def __len__(self) -> int:
         return len(self._jobs) + len(self._finished)
 
-    def submit(self, job: T, at_s: float) -> None:
+    def submit(self, job: T, at_s: float, work_s: float | None = None) -> None:
         """A job arrives at `at_s` (one before the last time advanced to counts from then)."""
         self._finished += self._serve(at_s)
-        self._jobs.append((job, self.work_s))
+        self._jobs.append((job, self.work_s if work_s is None else work_s))
 
     def next_done_s(self) -> float | None:
         """When the next job would finish if no other arrives; None when empty."""
@@ -92,8 +110,14 @@ class ProcessorSharing(Generic[T]):
         done: list[tuple[T, float]] = []
         while self._jobs and to_s > self.now_s:
             n = len(self._jobs)
-            step = min(min(left for _, left in self._jobs), (to_s - self.now_s) / n)
-            self.now_s += step * n
+            least = min(left for _, left in self._jobs)
+            if self.now_s + least * n >= to_s:
+                # nobody finishes before to_s (but those within _EPS of it): stop there
+                step = (to_s - self.now_s) / n
+                self.now_s = to_s
+            else:  # the least job finishes on the way: each pass ends one or stops
+                step = least
+                self.now_s += least * n
             remaining = []
             for job, left in self._jobs:
                 if left - step <= _EPS:

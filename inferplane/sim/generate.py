@@ -148,8 +148,8 @@ class Generation:
 
     def submit(self) -> None:
         try:
-            for choice in self.choices:
-                self.engine.submit(choice.sim, self.queue)
+            self.engine.submit_call([choice.sim for choice in self.choices], self.queue,
+                                    "chat" if self.chat else "completions")
         except ValueError as exc:
             self.close()
             raise ApiError(400, str(exc)) from exc

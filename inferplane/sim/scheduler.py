@@ -113,13 +113,17 @@ class Scheduler:
         self.prefix = PrefixStats()
         self.num_preemptions = 0
 
-    def add(self, request: SimRequest) -> None:
-        """Queue a request; refuse one that could never fit in the whole KV pool."""
+    def check(self, request: SimRequest) -> None:
+        """Refuse (ValueError) a request that could never fit in the whole KV pool."""
         needed = self._blocks_for(request.num_prompt_tokens + request.output_tokens)
         if needed > self.pool.num_blocks:
             raise ValueError(
                 f"request needs {needed} KV blocks but the pool has {self.pool.num_blocks}"
             )
+
+    def add(self, request: SimRequest) -> None:
+        """Queue a request; refuse one that could never fit in the whole KV pool."""
+        self.check(request)
         request.hashes = block_hashes(request.prompt_token_ids, self.block_size)
         self.waiting.append(request)
 

@@ -48,10 +48,14 @@ class Calibration:
     # A chat request's input processing in vLLM's API server (request validation, chat
     # template, tokenization), shared with the other requests in that phase
     # (frontend.py): through a Jinja chat template, and through a renderer in code
-    # (gpt-oss's Harmony, DeepSeek-V3.2's encoder). A completions request pays neither.
+    # (gpt-oss's Harmony, DeepSeek-V3.2's encoder); each includes its tokenization.
     # Fitted on GPUStack's chat bursts (published_fidelity.fit_frontend).
     chat_template_s: float = 0.0
     chat_renderer_s: float = 0.0
+    # A completions request's share of that queue: tokenizing its prompt only. Not fitted
+    # (0): the fit split has no completions burst, and at low load a completions
+    # request's input processing is inside request_overhead_s (IO Foundation's runs).
+    tokenize_s: float = 0.0
     # Routed-expert (fused MoE) kernels on bf16 experts: achieved fraction of the dense
     # kernels' bandwidth when reading experts.
     moe_kernel_efficiency: float = 1.0
