@@ -231,6 +231,16 @@ def _clamp(value: float, low: float, high: float) -> float:
     return max(low, min(high, value))
 
 
+def _refit_path_overheads(rows: list[Row]) -> None:
+    """Move each publisher's serving-path overhead by its median TTFT gap in `rows` (s)."""
+    for name in PATH_OVERHEAD_S:
+        theirs = [(r.measured["ttft"] - r.simulated["ttft"]) / 1000 for r in rows
+                  if r.point["publisher"].startswith(name)]
+        if theirs:
+            PATH_OVERHEAD_S[name] = round(_clamp(
+                PATH_OVERHEAD_S[name] + statistics.median(theirs), 0.0, 0.2), 4)
+
+
 def _inverse_ratio(rows: list[Row], metric: str) -> float | None:
     q = _ratio(rows, metric)
     return None if q is None else 1.0 / q
@@ -330,12 +340,7 @@ def fit(points: list[dict[str, Any]], start: Calibrations, rounds: int = 3,
             for g, cal in cals.items():
                 cals[g] = replace(cal, request_overhead_s=_clamp(
                     cal.request_overhead_s + gap_s, 0.0, 0.2))
-        for name in PATH_OVERHEAD_S:
-            theirs = [(r.measured["ttft"] - r.simulated["ttft"]) / 1000 for r in low
-                      if r.point["publisher"].startswith(name)]
-            if theirs:
-                PATH_OVERHEAD_S[name] = round(_clamp(
-                    PATH_OVERHEAD_S[name] + statistics.median(theirs), 0.0, 0.2), 4)
+        _refit_path_overheads(low)
         for g, cal in list(cals.items()):
             mine = [r for r in rows if gpu_generation(r.point) == g]
             bf16 = [r for r in mine if weight_format(r.point) == "bf16"]
@@ -467,12 +472,7 @@ def fit_frontend(points: list[dict[str, Any]], start: Calibrations, rounds: int 
                 f"coded renderer {cal.chat_renderer_s * 1000:.2f} ms per request")
         rows = [r for r in replay_all([p for p in chat if low_load(p)], cals, workers)
                 if isinstance(r, Row)]
-        for name in PATH_OVERHEAD_S:
-            theirs = [(r.measured["ttft"] - r.simulated["ttft"]) / 1000 for r in rows
-                      if r.point["publisher"].startswith(name)]
-            if theirs:
-                PATH_OVERHEAD_S[name] = round(_clamp(
-                    PATH_OVERHEAD_S[name] + statistics.median(theirs), 0.0, 0.2), 4)
+        _refit_path_overheads(rows)
         log(f"round {n + 1} serving paths: {PATH_OVERHEAD_S}")
     return cals
 

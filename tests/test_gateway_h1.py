@@ -345,19 +345,28 @@ def test_a_paused_transport_holds_the_stream_until_resumed() -> None:
     assert asyncio.run(run()) == ["paused", "resume", "sent"]
 
 
+async def _one_get(
+    app: Any, ticks: int, transport: FakeTransport | None = None
+) -> FakeTransport:
+    """`app` behind the native protocol answers one GET on a fake connection, given `ticks`
+    loop passes before the client goes away."""
+    proto = protocol_for(Connections(), app, None)()
+    transport = transport or FakeTransport()
+    proto.connection_made(transport)
+    proto.data_received(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    for _ in range(ticks):
+        await asyncio.sleep(0)
+    proto.connection_lost(None)
+    proto.guard.close()
+    return transport
+
+
 def test_an_app_error_before_the_answer_is_a_500() -> None:
     async def run() -> bytes:
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             raise ValueError("boom")
 
-        proto = protocol_for(Connections(), app, None)()
-        transport = FakeTransport()
-        proto.connection_made(transport)
-        proto.data_received(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-        for _ in range(20):
-            await asyncio.sleep(0)
-        proto.connection_lost(None)
-        proto.guard.close()
+        transport = await _one_get(app, ticks=20)
         assert transport.closed
         return bytes(transport.out)
 
@@ -422,15 +431,8 @@ def _streamed(app_steps: Any) -> tuple[list[bytes], list[list[bytes]]]:
                 await asyncio.sleep(0)
             seen_at_waits.append(list(transport.writes))
 
-        proto = protocol_for(Connections(), app, None)()
         transport = FakeTransport()
-        proto.connection_made(transport)
-        proto.data_received(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-        for _ in range(30):
-            await asyncio.sleep(0)
-        proto.connection_lost(None)
-        proto.guard.close()
-        return transport.writes
+        return (await _one_get(app, ticks=30, transport=transport)).writes
 
     return asyncio.run(run()), seen_at_waits
 
