@@ -9,6 +9,7 @@ Screenshots go to $INFERPLANE_TEST_ARTIFACTS (default: a tmp directory).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -24,6 +25,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 from console_fleet import console_fleet
+
+from inferplane.console.auth import COOKIE
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -109,6 +112,15 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
         driver.quit()
 
 
+@pytest.fixture
+def signed_in(browser: WebDriver, fleet: Fleet) -> WebDriver:
+    """The browser holding the console's session cookie: the first test signs in, but a test
+    picked alone (-k) must not depend on it (it would wait on the login page instead)."""
+    if not (browser.current_url.startswith(fleet.url) and browser.get_cookie(COOKIE)):
+        sign_in(browser, fleet)
+    return browser
+
+
 def until(check: Callable[[], T | None], timeout_s: float = 20, what: str = "") -> T:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -177,6 +189,7 @@ return [...document.querySelectorAll('.node .gpu')].map((g) => ({
 """
 
 
+@pytest.mark.usefixtures("signed_in")
 def test_fleet_map_shows_every_instance_on_its_gpu_with_the_plans_bars(
     browser: WebDriver, fleet: Fleet
 ) -> None:
@@ -212,6 +225,7 @@ def test_fleet_map_shows_every_instance_on_its_gpu_with_the_plans_bars(
     shot(browser, fleet, "fleet")
 
 
+@pytest.mark.usefixtures("signed_in")
 def test_playground_streams_an_answer_and_names_the_replica(
     browser: WebDriver, fleet: Fleet
 ) -> None:
@@ -258,6 +272,7 @@ def _load(fleet: Fleet, stop: threading.Event, workers: int = 4) -> list[threadi
     return threads
 
 
+@pytest.mark.usefixtures("signed_in")
 def test_charts_update_while_load_runs(browser: WebDriver, fleet: Fleet) -> None:
     browser.get(fleet.url + "/ui/charts")
     charts = "#charts .chart[data-chart='{}']"
@@ -292,9 +307,37 @@ def test_charts_update_while_load_runs(browser: WebDriver, fleet: Fleet) -> None
             t.join(30)
 
 
+# Arms a click on a replica's logs button in the task right after htmx swaps a fresh
+# #models table in: the earliest a person or Selenium can click the new row.
+CLICK_AFTER_SWAP = """
+const [name, done] = arguments;
+document.addEventListener('htmx:afterSwap', function once(ev) {
+  if (ev.target.id !== 'models') return;
+  document.removeEventListener('htmx:afterSwap', once);
+  setTimeout(() => {
+    document.querySelector(`tr.replica[data-instance='${name}'] button.link`).click();
+    done(true);
+  }, 0);
+});
+"""
+
+
+@pytest.mark.usefixtures("signed_in")
+def test_a_click_right_after_a_refresh_opens_the_logs(browser: WebDriver, fleet: Fleet) -> None:
+    browser.get(fleet.url + "/ui/models")
+    # Before the settle delay was 0, htmx wired a swapped-in row 20 ms late and a click
+    # in that window sent no request: every one of these was lost.
+    for name in ("chat-1", "embedding-0", "chat-0"):
+        browser.execute_async_script(CLICK_AFTER_SWAP, name)
+        panel = f"#logs .logs[data-instance='{name}']"
+        found = functools.partial(browser.find_elements, By.CSS_SELECTOR, panel)
+        until(found, what=f"{name}'s logs")
+
+
+@pytest.mark.usefixtures("signed_in")
 def test_killed_engine_shows_restarting_then_ready(browser: WebDriver, fleet: Fleet) -> None:
     browser.get(fleet.url + "/ui/models")
-    row = "tr.replica[data-instance='chat-0']"  # swapped by htmx every 2 s: read by script
+    row = "tr.replica[data-instance='chat-0']"  # swapped by htmx every 1 s: read by script
 
     def state() -> tuple[str, str]:
         got: list[str] = browser.execute_script(
@@ -326,6 +369,7 @@ def test_killed_engine_shows_restarting_then_ready(browser: WebDriver, fleet: Fl
     shot(browser, fleet, "models")
 
 
+@pytest.mark.usefixtures("signed_in")
 def test_usage_page_shows_the_keys_tokens(browser: WebDriver, fleet: Fleet) -> None:
     browser.get(fleet.url + "/ui/usage")
     read = """const t = document.querySelector('table.usage[data-by=key]');
