@@ -80,6 +80,12 @@ class Calibration:
     # GEMMs of the same format (an FP8 dense model and FP8 experts run different
     # kernels); a format not listed here falls back to `format_efficiency`.
     moe_format_efficiency: tuple[tuple[str, float], ...] = ()
+    # Fused-MoE work per decode token beyond the expert read, by the experts' format
+    # ("bf16", "fp8", "mxfp4": each runs its own kernels): each decode token costs its
+    # top-k experts' bytes at this many times the expert bandwidth (a small batch's
+    # grouped GEMMs run few rows per expert, so the step grows with the batch even once
+    # every expert is read). A format not listed has no such cost.
+    moe_decode_token_rate: tuple[tuple[str, float], ...] = ()
 
     def format_factor(self, fmt: str) -> float:
         return dict(self.format_efficiency).get(fmt, 1.0)
@@ -310,6 +316,7 @@ class StepTimeModel:
         tokens = shape.prefill_tokens + shape.decode_seqs
         context, pairs = self._attended(shape)
         memory_s = (self.weight_read_s(tokens, bandwidth)
+                    + self.expert_token_s(shape.decode_seqs, bandwidth)
                     + self.cost.kv_bytes_per_token * context / bandwidth)
 
         peak_tflops = self.gpu.bf16_tflops
@@ -349,9 +356,27 @@ class StepTimeModel:
                                            c.num_experts, c.experts_per_token, max(tokens, 1))
         cal = self.calibration
         dense_bw = bandwidth * (cal.format_factor(c.weight_format) if c.quantized_dense else 1.0)
-        expert_bw = bandwidth * (cal.moe_format_factor(c.weight_format) if c.quantized_experts
-                                 else cal.moe_kernel_efficiency)
-        return dense / dense_bw + experts / expert_bw
+        return dense / dense_bw + experts / self.expert_bandwidth(bandwidth)
+
+    def expert_bandwidth(self, bandwidth: float) -> float:
+        """Achieved bandwidth of the routed-expert kernels in this checkpoint's format."""
+        c, cal = self.cost, self.calibration
+        return bandwidth * (cal.moe_format_factor(c.weight_format) if c.quantized_experts
+                            else cal.moe_kernel_efficiency)
+
+    def expert_token_s(self, decode_tokens: int, bandwidth: float) -> float:
+        """Seconds of fused-MoE work per decode token (`moe_decode_token_rate`): each
+        token's top-k experts' bytes at that multiple of the expert bandwidth; 0 for a
+        dense model or a format without a rate."""
+        c = self.cost
+        if not (c.num_experts and c.expert_bytes and decode_tokens):
+            return 0.0
+        fmt = c.weight_format if c.quantized_experts else "bf16"
+        rate = dict(self.calibration.moe_decode_token_rate).get(fmt)
+        if not rate:
+            return 0.0
+        per_token = c.expert_bytes * min(c.experts_per_token, c.num_experts) / c.num_experts
+        return decode_tokens * per_token / (self.expert_bandwidth(bandwidth) * rate)
 
     def _attended(self, shape: StepShape) -> tuple[float, float]:
         """(context tokens, query x context pairs) averaged over the layers: windowed
