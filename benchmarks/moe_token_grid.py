@@ -6,7 +6,7 @@ shipped constants' rows of every other fit run, so the medians printed are the w
 split's, exactly.
 
   .venv/bin/python benchmarks/moe_token_grid.py FORMAT --rates 10,30 --factors 1,2.5
-      [--generations hopper,ampere] [--base FORMAT=RATE:FACTOR ...]
+      [--generations hopper,ampere] [--base FORMAT=RATE:FACTOR[@GEN+GEN] ...]
 
 FORMAT is "bf16", "fp8" or "mxfp4"; each (rate, factor) sets the rate for FORMAT on every
 generation of --generations and multiplies that format's expert factor (bf16: moe_kernel_efficiency, else
@@ -62,19 +62,20 @@ def main() -> None:
     parser.add_argument("--rates", default="10,20,30,50")
     parser.add_argument("--factors", default="1.5,2,2.5,3")
     parser.add_argument("--base", action="append", default=[],
-                        help="FORMAT=RATE:FACTOR applied first")
+                        help="FORMAT=RATE:FACTOR[@GEN+GEN] applied first (all generations)")
     parser.add_argument("--generations", default="hopper,ampere",
                         help="generations the setting applies to (others keep theirs)")
     parser.add_argument("--per-run", action="store_true", help="print this format's rows")
     args = parser.parse_args()
     points = [p for p in pf.load_points() if p["split"] == "fit"]
     base = dict(GENERATION_CALIBRATION)
-    touched = {args.format}
     for item in args.base:
         fmt, setting = item.split("=")
+        setting, _, where = setting.partition("@")
         rate, factor = (float(v) for v in setting.split(":"))
-        base = {g: with_term(c, fmt, rate, factor) for g, c in base.items()}
-        touched.add(fmt)
+        on = set(where.split("+")) if where else set(base)
+        base = {g: with_term(c, fmt, rate, factor) if g in on else c
+                for g, c in base.items()}
 
     def experts_in(p: dict[str, object], fmts: set[str]) -> bool:
         return pf.family(p) == "moe" and pf.weight_format(p) in fmts
