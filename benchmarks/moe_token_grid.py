@@ -9,9 +9,10 @@ split's, exactly.
       [--generations hopper,ampere] [--base FORMAT=RATE:FACTOR[@GEN+GEN] ...]
 
 FORMAT is "bf16", "fp8" or "mxfp4"; each (rate, factor) sets the rate for FORMAT on every
-generation of --generations and multiplies that format's expert factor (bf16: moe_kernel_efficiency, else
-moe_format_efficiency[FORMAT]) by the factor. `--base` applies settings of other formats
-first (their runs are replayed with them too). Never replays a held-out run.
+generation of --generations and multiplies that format's expert factor (bf16:
+moe_kernel_efficiency, else moe_format_efficiency[FORMAT]) by the factor. `--base` applies
+settings of other formats first (their runs are replayed with them too). Never replays a
+held-out run.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import published_fidelity as pf  # noqa: E402
+import published_fidelity as pf
 
-from inferplane.sim.timing import GENERATION_CALIBRATION, Calibration  # noqa: E402
+from inferplane.sim.timing import GENERATION_CALIBRATION, Calibration
 
 
 def with_term(cal: Calibration, fmt: str, rate: float, factor: float) -> Calibration:
@@ -41,8 +42,9 @@ def with_term(cal: Calibration, fmt: str, rate: float, factor: float) -> Calibra
 
 
 def medians(rows: list[pf.Row]) -> tuple[float, ...]:
-    return tuple(statistics.median(abs(r.error(m)) for r in rows if m in r.metrics)
-                 for m in pf.METRICS)
+    return tuple(
+        statistics.median(abs(r.error(m)) for r in rows if m in r.metrics) for m in pf.METRICS
+    )
 
 
 def summary(rows: list[pf.Row]) -> str:
@@ -50,10 +52,17 @@ def summary(rows: list[pf.Row]) -> str:
     dense = [r for r in rows if pf.family(r.point) == "dense"]
     share = [r.error("throughput") for r in moe if pf.regime(r.point) == pf.REGIMES[1]]
     a, m, d = medians(rows), medians(moe), medians(dense)
-    return ("all " + "/".join(f"{v:.1f}" for v in a) + f" (mean {statistics.fmean(a):.2f})"
-            + "  MoE " + "/".join(f"{v:.1f}" for v in m) + f" (mean {statistics.fmean(m):.2f})"
-            + "  dense " + "/".join(f"{v:.1f}" for v in d)
-            + f"  MoE ShareGPT thr {statistics.median(share):+.1f}")
+    return (
+        "all "
+        + "/".join(f"{v:.1f}" for v in a)
+        + f" (mean {statistics.fmean(a):.2f})"
+        + "  MoE "
+        + "/".join(f"{v:.1f}" for v in m)
+        + f" (mean {statistics.fmean(m):.2f})"
+        + "  dense "
+        + "/".join(f"{v:.1f}" for v in d)
+        + f"  MoE ShareGPT thr {statistics.median(share):+.1f}"
+    )
 
 
 def main() -> None:
@@ -61,10 +70,17 @@ def main() -> None:
     parser.add_argument("format", choices=("bf16", "fp8", "mxfp4"))
     parser.add_argument("--rates", default="10,20,30,50")
     parser.add_argument("--factors", default="1.5,2,2.5,3")
-    parser.add_argument("--base", action="append", default=[],
-                        help="FORMAT=RATE:FACTOR[@GEN+GEN] applied first (all generations)")
-    parser.add_argument("--generations", default="hopper,ampere",
-                        help="generations the setting applies to (others keep theirs)")
+    parser.add_argument(
+        "--base",
+        action="append",
+        default=[],
+        help="FORMAT=RATE:FACTOR[@GEN+GEN] applied first (all generations)",
+    )
+    parser.add_argument(
+        "--generations",
+        default="hopper,ampere",
+        help="generations the setting applies to (others keep theirs)",
+    )
     parser.add_argument("--per-run", action="store_true", help="print this format's rows")
     args = parser.parse_args()
     points = [p for p in pf.load_points() if p["split"] == "fit"]
@@ -74,8 +90,7 @@ def main() -> None:
         setting, _, where = setting.partition("@")
         rate, factor = (float(v) for v in setting.split(":"))
         on = set(where.split("+")) if where else set(base)
-        base = {g: with_term(c, fmt, rate, factor) if g in on else c
-                for g, c in base.items()}
+        base = {g: with_term(c, fmt, rate, factor) if g in on else c for g, c in base.items()}
 
     def experts_in(p: dict[str, object], fmts: set[str]) -> bool:
         return pf.family(p) == "moe" and pf.weight_format(p) in fmts
@@ -92,8 +107,10 @@ def main() -> None:
     print(f"{args.format} on {sorted(gens)}: {len(mine)} fit runs", flush=True)
     for rate in (float(v) for v in args.rates.split(",")):
         for factor in (float(v) for v in args.factors.split(",")):
-            cals = {g: with_term(c, args.format, rate, factor) if g in gens else c
-                    for g, c in base.items()}
+            cals = {
+                g: with_term(c, args.format, rate, factor) if g in gens else c
+                for g, c in base.items()
+            }
             new = [r for r in pf.replay_all(mine, cals) if isinstance(r, pf.Row)]
             print(f"rate {rate:g} factor {factor:g}: {summary(others + new)}", flush=True)
             if args.per_run:
