@@ -230,3 +230,35 @@ def test_sparse_mla_has_its_own_prefill_factor() -> None:
     slow_dsa = replace(base, dsa_compute_efficiency=base.dsa_compute_efficiency / 2)
     assert step(dsa, slow_dsa) > 1.5 * step(dsa, base)
     assert step(dense_mla, slow_dsa) == pytest.approx(step(dense_mla, base))
+
+
+def test_decode_token_expert_cost_is_per_format_and_decode_only() -> None:
+    base = replace(DEFAULT_CALIBRATION, step_overhead_s=0.0, per_seq_overhead_s=0.0,
+                   moe_kernel_efficiency=0.5, moe_format_efficiency=(("fp8", 0.4),))
+    bf16 = _timing("Qwen--Qwen3-235B-A22B", tp=8)
+    fp8 = _timing("Qwen--Qwen3-235B-A22B-FP8", tp=8)
+    dense = _timing("Qwen--Qwen3-8B")
+    rate = 20.0
+    per_format = replace(base, moe_decode_token_rate=(("bf16", rate),))
+
+    def step(t: StepTimeModel, cal: Calibration, shape: StepShape) -> float:
+        return replace(t, calibration=cal).step_time_s(shape)
+
+    for seqs in (1, 64, 512):
+        decode = StepShape(0, seqs, seqs * 200, seqs * 200, seqs)
+        timed = replace(bf16, calibration=per_format)
+        bandwidth = bf16.gpu.memory_bandwidth_gbps * 1e9 * base.bandwidth_efficiency
+        c = bf16.cost
+        # Each decode token: its top-k experts' bytes at `rate` x the expert bandwidth.
+        expected = seqs * c.expert_bytes * c.experts_per_token / c.num_experts / (
+            bandwidth * base.moe_kernel_efficiency * rate)
+        assert timed.expert_token_s(seqs, bandwidth) == pytest.approx(expected)
+        assert step(bf16, per_format, decode) - step(bf16, base, decode) == pytest.approx(
+            expected)
+        # fp8 experts and a dense model have no rate of their own: unchanged.
+        assert step(fp8, per_format, decode) == step(fp8, base, decode)
+        assert step(dense, per_format, decode) == step(dense, base, decode)
+    # Prompt tokens pay nothing: a prefill-only step is the same with or without it.
+    prefill = StepShape(512, 0, 512, 512 * 256, 1)
+    assert step(bf16, per_format, prefill) == step(bf16, base, prefill)
+    assert replace(bf16, calibration=per_format).expert_token_s(0, 1e12) == 0.0

@@ -80,6 +80,12 @@ class Calibration:
     # GEMMs of the same format (an FP8 dense model and FP8 experts run different
     # kernels); a format not listed here falls back to `format_efficiency`.
     moe_format_efficiency: tuple[tuple[str, float], ...] = ()
+    # Fused-MoE work per decode token beyond the expert read, by the experts' format
+    # ("bf16", "fp8", "mxfp4": each runs its own kernels): each decode token costs its
+    # top-k experts' bytes at this many times the expert bandwidth (a small batch's
+    # grouped GEMMs run few rows per expert, so the step grows with the batch even once
+    # every expert is read). A format not listed has no such cost.
+    moe_decode_token_rate: tuple[tuple[str, float], ...] = ()
 
     def format_factor(self, fmt: str) -> float:
         return dict(self.format_efficiency).get(fmt, 1.0)
@@ -133,7 +139,9 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 # 7.6 / 1.5 ms, Ampere 5.7 / 0 ms per request). The per-request cost fits to ~0.6 ms on
 # runs straight to `vllm serve` (IO Foundation's; GPUStack's serving path adds ~35 ms
 # beyond the chat front end, which only its replays carry). Quantized weights on Ampere
-# run through weight-only (Marlin-style) kernels (fp8 0.17).
+# run through weight-only (Marlin-style) kernels (fp8 0.17). Hopper's block-fp8 experts
+# carry a per-decode-token cost (rate 20) with their read 3x faster (0.232 -> 0.696),
+# searched together by benchmarks/moe_token_grid.py on the fit split (round 7).
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
         bandwidth_efficiency=0.792, compute_efficiency=0.379, step_overhead_s=0.001,
@@ -141,7 +149,8 @@ GENERATION_CALIBRATION: dict[str, Calibration] = {
         chat_renderer_s=0.00146, moe_kernel_efficiency=0.2744,
         moe_compute_efficiency=0.729, mla_compute_efficiency=0.236,
         dsa_compute_efficiency=0.236, format_efficiency=(("fp8", 0.665),),
-        moe_format_efficiency=(("fp8", 0.232), ("mxfp4", 0.596)),
+        moe_format_efficiency=(("fp8", 0.696), ("mxfp4", 0.596)),
+        moe_decode_token_rate=(("fp8", 20.0),),
     ),
     "ampere": Calibration(
         bandwidth_efficiency=0.715, compute_efficiency=0.480, step_overhead_s=0.0005,
@@ -310,6 +319,7 @@ class StepTimeModel:
         tokens = shape.prefill_tokens + shape.decode_seqs
         context, pairs = self._attended(shape)
         memory_s = (self.weight_read_s(tokens, bandwidth)
+                    + self.expert_token_s(shape.decode_seqs, bandwidth)
                     + self.cost.kv_bytes_per_token * context / bandwidth)
 
         peak_tflops = self.gpu.bf16_tflops
@@ -349,9 +359,27 @@ class StepTimeModel:
                                            c.num_experts, c.experts_per_token, max(tokens, 1))
         cal = self.calibration
         dense_bw = bandwidth * (cal.format_factor(c.weight_format) if c.quantized_dense else 1.0)
-        expert_bw = bandwidth * (cal.moe_format_factor(c.weight_format) if c.quantized_experts
-                                 else cal.moe_kernel_efficiency)
-        return dense / dense_bw + experts / expert_bw
+        return dense / dense_bw + experts / self.expert_bandwidth(bandwidth)
+
+    def expert_bandwidth(self, bandwidth: float) -> float:
+        """Achieved bandwidth of the routed-expert kernels in this checkpoint's format."""
+        c, cal = self.cost, self.calibration
+        return bandwidth * (cal.moe_format_factor(c.weight_format) if c.quantized_experts
+                            else cal.moe_kernel_efficiency)
+
+    def expert_token_s(self, decode_tokens: int, bandwidth: float) -> float:
+        """Seconds of fused-MoE work per decode token (`moe_decode_token_rate`): each
+        token's top-k experts' bytes at that multiple of the expert bandwidth; 0 for a
+        dense model or a format without a rate."""
+        c = self.cost
+        if not (c.num_experts and c.expert_bytes and decode_tokens):
+            return 0.0
+        fmt = c.weight_format if c.quantized_experts else "bf16"
+        rate = dict(self.calibration.moe_decode_token_rate).get(fmt)
+        if not rate:
+            return 0.0
+        per_token = c.expert_bytes * min(c.experts_per_token, c.num_experts) / c.num_experts
+        return decode_tokens * per_token / (self.expert_bandwidth(bandwidth) * rate)
 
     def _attended(self, shape: StepShape) -> tuple[float, float]:
         """(context tokens, query x context pairs) averaged over the layers: windowed
