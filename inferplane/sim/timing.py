@@ -139,9 +139,7 @@ GPU_CALIBRATION: dict[str, Calibration] = {}
 # 7.6 / 1.5 ms, Ampere 5.7 / 0 ms per request). The per-request cost fits to ~0.6 ms on
 # runs straight to `vllm serve` (IO Foundation's; GPUStack's serving path adds ~35 ms
 # beyond the chat front end, which only its replays carry). Quantized weights on Ampere
-# run through weight-only (Marlin-style) kernels (fp8 0.17). Hopper's block-fp8 experts
-# carry a per-decode-token cost (rate 20) with their read 3x faster (0.232 -> 0.696),
-# searched together by benchmarks/moe_token_grid.py on the fit split (round 7).
+# run through weight-only (Marlin-style) kernels (fp8 0.17).
 GENERATION_CALIBRATION: dict[str, Calibration] = {
     "hopper": Calibration(
         bandwidth_efficiency=0.792, compute_efficiency=0.379, step_overhead_s=0.001,
@@ -149,8 +147,7 @@ GENERATION_CALIBRATION: dict[str, Calibration] = {
         chat_renderer_s=0.00146, moe_kernel_efficiency=0.2744,
         moe_compute_efficiency=0.729, mla_compute_efficiency=0.236,
         dsa_compute_efficiency=0.236, format_efficiency=(("fp8", 0.665),),
-        moe_format_efficiency=(("fp8", 0.696), ("mxfp4", 0.596)),
-        moe_decode_token_rate=(("fp8", 20.0),),
+        moe_format_efficiency=(("fp8", 0.232), ("mxfp4", 0.596)),
     ),
     "ampere": Calibration(
         bandwidth_efficiency=0.715, compute_efficiency=0.480, step_overhead_s=0.0005,
