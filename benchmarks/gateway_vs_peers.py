@@ -150,6 +150,9 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="show the harness's progress")
     parser.add_argument("--paired", action="store_true", help="each gateway and a peer on one "
                         "CPU at the same time (benchmarks/peers_paired.py)")  # fmt: skip
+    parser.add_argument("--nice", type=int, default=-10,
+                        help="--paired: autogroup nice of the stub, targets and load "
+                        "generators (0: as the rest of the box)")  # fmt: skip
     args = parser.parse_args()
     if not (args.harness / "run_all.sh").exists():
         sys.exit(f"no harness at {args.harness}; pass --harness DIR (shared/bench/gateway)")
@@ -167,7 +170,8 @@ def main() -> None:
         if args.paired:
             from peers_paired import run_paired  # it imports this module's launchers
 
-            run_paired(args.harness, tmp, key_db, key, with_router, args.rounds, args.duration)
+            run_paired(args.harness, tmp, key_db, key, with_router, args.rounds, args.duration,
+                       args.nice)  # fmt: skip
             return
         base_tree = export_ref(args.baseline_ref, tmp / "base")
         lines, names = targets(tmp, base_tree, key_db)

@@ -49,10 +49,11 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from gateway_ab import Sample, Side, load, measure, paired_round
+from gateway_ab import Sample, Side, boost, load, measure, paired_round
 from gateway_overhead import REPO
 from gateway_vs_peers import anchor_row, targets
 from profile_gateway import free_port, pinned, stop, wait_ready
@@ -66,9 +67,9 @@ Round = tuple[Sample, Sample, dict[int, float]]
 
 
 def start_targets(harness: Path, tmp: Path, key_db: Path, key: str, with_router: bool,
-                  procs: list[subprocess.Popen[bytes]]) -> dict[str, Side]:  # fmt: skip
-    """The stub (CPU 1) and every target (CPU 0), started once and ready; `procs` collects
-    them for the caller to stop."""
+                  procs: list[subprocess.Popen[bytes]], nice: int) -> dict[str, Side]:  # fmt: skip
+    """The stub (CPU 1) and every target (CPU 0), started once, each its own session at
+    autogroup `nice`, and ready; `procs` collects them for the caller to stop."""
     stub_port = free_port()
     env = {"STUB_PORT": str(stub_port), "STUB_URL": f"http://127.0.0.1:{stub_port}",
            "BENCH_MODEL": "stub-model", "BENCH_API_KEY": key,
@@ -77,6 +78,7 @@ def start_targets(harness: Path, tmp: Path, key_db: Path, key: str, with_router:
             if k not in ("INFERPLANE_REDIS_URL", "INFERPLANE_DATABASE_URL")}  # fmt: skip
     env = {**base, **env}
     procs.append(pinned(1, ["node", "stub/stub_server.js"], tmp / "stub.log", env, harness))
+    boost(procs[-1].pid, nice)
     wait_ready(stub_port)
     sides = {"direct": Side(stub_port, key, procs[0].pid)}
     peers = ["nginx", "nginx#2", *(["vllm-router", "vllm-router#2"] if with_router else [])]
@@ -87,11 +89,20 @@ def start_targets(harness: Path, tmp: Path, key_db: Path, key: str, with_router:
         slug = name.replace("#", "-")
         run_dir = tmp / "run" / slug  # nginx.sh writes its conf and pid file here
         run_dir.mkdir(parents=True)
-        procs.append(pinned(0, ["bash", "-c", cmd], tmp / f"{slug}.log",
-                            {**env, "PORT": port, "RUN_DIR": str(run_dir)}, harness))  # fmt: skip
+        # each router its own metrics port (its default, 29000, admits one router a box)
+        own = {"PORT": port, "RUN_DIR": str(run_dir),
+               "VLLM_ROUTER_ARGS": f"--prometheus-port {free_port()}"}  # fmt: skip
+        procs.append(pinned(0, ["bash", "-c", cmd], tmp / f"{slug}.log", {**env, **own},
+                            harness))  # fmt: skip
+        boost(procs[-1].pid, nice)
         sides[name] = Side(int(port), key, procs[-1].pid)
-    for side in sides.values():
-        wait_ready(side.port)
+    for name, side in sides.items():
+        try:
+            wait_ready(side.port)
+        except SystemExit:
+            log = tmp / f"{name.replace('#', '-')}.log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            sys.exit(f"{name} did not answer on port {side.port}:\n{tail}")
     return sides
 
 
@@ -137,10 +148,10 @@ def render(pairs: dict[tuple[str, int, str, str], list[Round]],
 
 
 def run_paired(harness: Path, tmp: Path, key_db: Path, key: str, with_router: bool,
-               rounds: int, duration: int) -> None:  # fmt: skip
+               rounds: int, duration: int, nice: int) -> None:  # fmt: skip
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        sides = start_targets(harness, tmp, key_db, key, with_router, procs)
+        sides = start_targets(harness, tmp, key_db, key, with_router, procs, nice)
         for side in sides.values():  # warm-up, not recorded
             measure(load(harness, side.port, key, 2, 32, False), 2)
         order = [p for p in PAIRS + CONTROLS if p[0] in sides and p[1] in sides]
@@ -149,12 +160,13 @@ def run_paired(harness: Path, tmp: Path, key_db: Path, key: str, with_router: bo
         }
         solo: dict[tuple[str, str], list[Sample]] = {}
         for r in range(rounds):
+            print(f"round {r + 1}: loadavg {os.getloadavg()[0]:.1f}", flush=True)
             turn = order[r % len(order) :] + order[: r % len(order)]
             for mode, conc in SCENARIOS:
                 for a, b in turn:
                     first = (a, b) if r % 2 == 0 else (b, a)  # who gets its load first
                     got, busy = paired_round(harness, {n: sides[n] for n in first},
-                                             duration, conc, mode == "st")  # fmt: skip
+                                             duration, conc, mode == "st", nice)  # fmt: skip
                     pairs[(mode, conc, a, b)].append((got[a], got[b], busy))
                     print(f"round {r + 1} {label(mode, conc)} {a} {got[a].rps:,.0f} / {b} "
                           f"{got[b].rps:,.0f} RPS = {got[a].rps / got[b].rps:.3f}; CPU/req "
@@ -164,12 +176,12 @@ def run_paired(harness: Path, tmp: Path, key_db: Path, key: str, with_router: bo
             for mode in ("ns", "st"):
                 for name in (n for n in SOLO if n in sides):
                     got, _ = paired_round(harness, {name: sides[name]}, duration, 32,
-                                          mode == "st")  # fmt: skip
+                                          mode == "st", nice)  # fmt: skip
                     solo.setdefault((mode, name), []).append(got[name])
                     print(f"round {r + 1} solo {label(mode, 32)} {name} {got[name].rps:,.0f} "
                           f"RPS p50/p99 {got[name].p50_ms:.2f}/{got[name].p99_ms:.2f} ms",
                           flush=True)  # fmt: skip
-        print(f"\n{rounds} round(s) x {duration} s; vllm-router: "
+        print(f"\n{rounds} round(s) x {duration} s; autogroup nice {nice}; vllm-router: "
               f"{'yes' if with_router else 'not installed'}\n")  # fmt: skip
         print(render(pairs, solo))
     finally:
