@@ -175,12 +175,14 @@ def run_paired(harness: Path, tmp: Path, key_db: Path, key: str, with_router: bo
                     time.sleep(0.5)  # connections the load generators left behind close
             for mode in ("ns", "st"):
                 for name in (n for n in SOLO if n in sides):
-                    got, _ = paired_round(harness, {name: sides[name]}, duration, 32,
-                                          mode == "st", nice)  # fmt: skip
-                    solo.setdefault((mode, name), []).append(got[name])
-                    print(f"round {r + 1} solo {label(mode, 32)} {name} {got[name].rps:,.0f} "
-                          f"RPS p50/p99 {got[name].p50_ms:.2f}/{got[name].p99_ms:.2f} ms",
-                          flush=True)  # fmt: skip
+                    got, busy = paired_round(harness, {name: sides[name]}, duration, 32,
+                                             mode == "st", nice)  # fmt: skip
+                    one = got[name]
+                    solo.setdefault((mode, name), []).append(one)
+                    print(f"round {r + 1} solo {label(mode, 32)} {name} {one.rps:,.0f} RPS "
+                          f"p50/p99 {one.p50_ms:.2f}/{one.p99_ms:.2f} ms; CPU/req "
+                          f"{one.cpu_us:.0f} µs, {one.cpu_share:.0%} of a CPU; CPU0 "
+                          f"{busy[0]:.0%} CPU1 {busy[1]:.0%}", flush=True)  # fmt: skip
         print(f"\n{rounds} round(s) x {duration} s; autogroup nice {nice}; vllm-router: "
               f"{'yes' if with_router else 'not installed'}\n")  # fmt: skip
         print(render(pairs, solo))
