@@ -24,7 +24,7 @@ sample_ratio 0 over tracing off). Numbers are ratios within this run only.
     python benchmarks/gateway_vs_peers.py                       # 1 round x 5 s (~6 min)
     python benchmarks/gateway_vs_peers.py --rounds 2 --duration 6 --baseline-ref HEAD~3
     python benchmarks/gateway_vs_peers.py --only nginx,gw,gw-tenancy   # a subset
-    python benchmarks/gateway_vs_peers.py --paired --rounds 3 --duration 5   # (~14 min)
+    python benchmarks/gateway_vs_peers.py --paired --rounds 3 --duration 5   # (~12 min)
 
 `--paired`: instead of one target after another, each gateway (bare, tenancy) and a peer
 share CPU 0 at the same time, with controls (a peer against itself, the gateway against
