@@ -5,6 +5,8 @@ checkout) are pinned to CPU 0 and loaded at the same time by two `wrk` processes
 against the shared harness's Node stub engine. Noise from the machine hits both equally,
 so the RPS ratio B / A is stable to a few percent between rounds where sequential runs on
 a shared VM swing by ±15%. This is how each hot-path step of issue 29 was measured.
+One such round (`paired_round`) is also what `gateway_vs_peers.py --paired` runs for the
+gateway against nginx and the vLLM router (`benchmarks/peers_paired.py`).
 
     python benchmarks/gateway_ab.py --ref HEAD~1 [--tenancy] [--rounds 3] [--duration 8]
                                     [--concurrency 32] [--stream]
