@@ -5,6 +5,8 @@ checkout) are pinned to CPU 0 and loaded at the same time by two `wrk` processes
 against the shared harness's Node stub engine. Noise from the machine hits both equally,
 so the RPS ratio B / A is stable to a few percent between rounds where sequential runs on
 a shared VM swing by ±15%. This is how each hot-path step of issue 29 was measured.
+One such round (`paired_round`) is also what `gateway_vs_peers.py --paired` runs for the
+gateway against nginx and the vLLM router (`benchmarks/peers_paired.py`).
 
     python benchmarks/gateway_ab.py --ref HEAD~1 [--tenancy] [--rounds 3] [--duration 8]
                                     [--concurrency 32] [--stream]
@@ -33,6 +35,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,18 +53,32 @@ def export_ref(ref: str, into: Path) -> Path:
     return into
 
 
+def boost(pid: int, nice: int) -> None:
+    """Weight the process's session against every other on the machine (autogroup nice:
+    the scheduler shares a CPU between sessions, so a plain `nice` would not do it)."""
+    if nice:
+        try:
+            Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+        except OSError as exc:  # no autogroups, or not allowed to go below 0
+            print(f"autogroup nice {nice} for {pid}: {exc}", file=sys.stderr)
+
+
 def load(harness: Path, port: int, key: str, seconds: int, conc: int,
-         stream: bool) -> subprocess.Popen[str]:  # fmt: skip
+         stream: bool, nice: int = 0) -> subprocess.Popen[str]:  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "BENCH_API_KEY": key, "BENCH_MODEL": "stub-model"}
     if stream:
         argv = ["node", "loadgen/stream_load.js", "--url", url + "/v1/chat/completions",
-                "--concurrency", str(conc), "--duration", str(seconds), "--stream", "1"]
+                "--concurrency", str(conc), "--duration", str(seconds),
+                "--stream", "1"]  # fmt: skip
     else:
         argv = ["wrk", "-t1", f"-c{conc}", f"-d{seconds}s", "--timeout", "10s", "-s",
                 "loadgen/chat.lua", url + "/v1/chat/completions"]  # fmt: skip
-    return subprocess.Popen(["taskset", "-c", "1", *argv], cwd=harness, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(["taskset", "-c", "1", *argv], cwd=harness, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=bool(nice))  # fmt: skip
+    boost(proc.pid, nice)
+    return proc
 
 
 def rps(proc: subprocess.Popen[str], seconds: int) -> float:
@@ -88,11 +105,73 @@ def measure(proc: subprocess.Popen[str], seconds: int) -> tuple[float, float, fl
     sys.exit(f"the load generator printed no summary:\n{out[-2000:]}")
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) the process has used: with a paced stub
-    (`STUB_DELAY_MS`) both sides serve the same RPS, and CPU per request is what differs."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) the process group has used (a target is started in its
+    own session: nginx's worker and a shell's child count with their leader). With a paced
+    stub (`STUB_DELAY_MS`) both sides serve the same RPS, and CPU per request is what differs."""
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:  # gone between the listing and the read
+            continue
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ticks() -> dict[int, tuple[int, int]]:
+    """Per CPU: (busy, total) jiffies since boot, from /proc/stat."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *values = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            ticks = [int(v) for v in values[:8]]
+            out[int(name[3:])] = (sum(ticks) - ticks[3] - ticks[4], sum(ticks))
+    return out
+
+
+@dataclass(frozen=True)
+class Side:
+    """One target of a pair: where to send load and the process group whose CPU it uses."""
+
+    port: int
+    key: str
+    pgid: int
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One side of one paired round."""
+
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    cpu_us: float  # CPU µs per request of the side's process group
+    cpu_share: float  # CPU seconds used / seconds of the round (1.0 = one whole core)
+
+
+def paired_round(harness: Path, sides: dict[str, Side], seconds: int, conc: int, stream: bool,
+                 nice: int = 0) -> tuple[dict[str, Sample], dict[int, float]]:  # fmt: skip
+    """Load every side at the same time (one load generator each, on CPU 1, its session at
+    autogroup `nice`) for `seconds`: each side's sample and each CPU's busy fraction."""
+    ticks0 = cpu_ticks()
+    cpu0 = {n: cpu_s(side.pgid) for n, side in sides.items()}
+    runs = {n: load(harness, side.port, side.key, seconds, conc, stream, nice)
+            for n, side in sides.items()}  # fmt: skip
+    got = {n: measure(proc, seconds) for n, proc in runs.items()}
+    ticks1 = cpu_ticks()
+    busy = {cpu: (ticks1[cpu][0] - b0) / max(1, ticks1[cpu][1] - t0)
+            for cpu, (b0, t0) in ticks0.items()}  # fmt: skip
+    samples = {}
+    for n, side in sides.items():
+        used = cpu_s(side.pgid) - cpu0[n]
+        rps_n, p50, p99 = got[n]
+        # CPU µs per request (the load's requests: RPS x duration)
+        samples[n] = Sample(rps_n, p50, p99, used / (rps_n * seconds) * 1e6, used / seconds)
+    return samples, busy
 
 
 def _pairs(text: str) -> dict[str, str]:
@@ -152,24 +231,19 @@ def main() -> None:
             for name, port in ports.items():  # warm-up, not recorded
                 rps(load(args.harness, port, keys[name], 2, args.concurrency, args.stream), 2)
             ratios, p99s, cpus = [], [], []
-            pids = {"A": procs[1].pid, "B": procs[2].pid}
+            sides = {n: Side(ports[n], keys[n], procs[i].pid) for i, n in ((1, "A"), (2, "B"))}
             for r in range(1, args.rounds + 1):
-                cpu0 = {n: cpu_s(pid) for n, pid in pids.items()}
-                runs = {n: load(args.harness, p, keys[n], args.duration, args.concurrency,
-                                args.stream) for n, p in ports.items()}  # fmt: skip
-                got = {n: measure(proc, args.duration) for n, proc in runs.items()}
-                # CPU µs per request (the load's requests: RPS x duration)
-                per = {n: (cpu_s(pid) - cpu0[n]) / (got[n][0] * args.duration) * 1e6
-                       for n, pid in pids.items()}  # fmt: skip
-                cpus.append(per["B"] / per["A"])
-                ratios.append(got["B"][0] / got["A"][0])
-                p99s.append((got["A"][2], got["B"][2]))
-                print(f"round {r}: A ({args.ref}) {got['A'][0]:,.0f} RPS "
-                      f"p50/p99 {got['A'][1]:.2f}/{got['A'][2]:.2f} ms, B "
-                      f"({'control' if args.control else 'working tree'}) {got['B'][0]:,.0f} "
-                      f"RPS p50/p99 {got['B'][1]:.2f}/{got['B'][2]:.2f} ms, B/A "
-                      f"{ratios[-1]:.3f}; CPU µs/request A {per['A']:.0f}, B {per['B']:.0f}, "
-                      f"B/A {cpus[-1]:.3f}", flush=True)  # fmt: skip
+                got, _ = paired_round(args.harness, sides, args.duration, args.concurrency,
+                                      args.stream)  # fmt: skip
+                cpus.append(got["B"].cpu_us / got["A"].cpu_us)
+                ratios.append(got["B"].rps / got["A"].rps)
+                p99s.append((got["A"].p99_ms, got["B"].p99_ms))
+                print(f"round {r}: A ({args.ref}) {got['A'].rps:,.0f} RPS "
+                      f"p50/p99 {got['A'].p50_ms:.2f}/{got['A'].p99_ms:.2f} ms, B "
+                      f"({'control' if args.control else 'working tree'}) {got['B'].rps:,.0f} "
+                      f"RPS p50/p99 {got['B'].p50_ms:.2f}/{got['B'].p99_ms:.2f} ms, B/A "
+                      f"{ratios[-1]:.3f}; CPU µs/request A {got['A'].cpu_us:.0f}, B "
+                      f"{got['B'].cpu_us:.0f}, B/A {cpus[-1]:.3f}", flush=True)  # fmt: skip
             ratios.sort()
             mode = ("stream" if args.stream else "non-stream") + f" c={args.concurrency}"
             mode += ", tenancy" if args.tenancy else ", bare"

@@ -24,6 +24,12 @@ sample_ratio 0 over tracing off). Numbers are ratios within this run only.
     python benchmarks/gateway_vs_peers.py                       # 1 round x 5 s (~6 min)
     python benchmarks/gateway_vs_peers.py --rounds 2 --duration 6 --baseline-ref HEAD~3
     python benchmarks/gateway_vs_peers.py --only nginx,gw,gw-tenancy   # a subset
+    python benchmarks/gateway_vs_peers.py --paired --rounds 3 --duration 5   # (~12 min)
+
+`--paired`: instead of one target after another, each gateway (bare, tenancy) and a peer
+share CPU 0 at the same time, with controls (a peer against itself, the gateway against
+itself) and solo runs at c=32 for the latency; why and how fair, see
+`benchmarks/peers_paired.py`. `--only` and `--baseline-ref` do not apply there.
 
 Needs: node, wrk, nginx (apt-get install wrk nginx-light), optionally vllm-router.
 """
@@ -51,15 +57,17 @@ VLLM_ROUTER = Path(os.environ.get("VLLM_ROUTER_VENV", f"{tempfile.gettempdir()}/
                                   "/vllm-router")) / "bin" / "vllm-router"  # fmt: skip
 
 
-def targets(tmp: Path, base_tree: Path, key_db: Path) -> tuple[list[str], list[str]]:
-    """(--target lines for run_all.sh, target names) of the gateway rows."""
+def targets(tmp: Path, base_tree: Path, key_db: Path,
+            gateways: tuple[str, ...] = GATEWAYS) -> tuple[list[str], list[str]]:  # fmt: skip
+    """(--target lines for run_all.sh, target names) of the gateway rows. A name with a
+    suffix after `#` (`gw#2`) is another instance of the row before it."""
     lines, names = [], []
-    for name in GATEWAYS:
+    for name in gateways:
         tree = base_tree if name.startswith("gw-base") else REPO
         env = f"PYTHONPATH={tree}"
         flags = "--no-tenancy"
-        if name.endswith("tenancy"):
-            db = tmp / f"{name}.db"
+        if name.partition("#")[0].endswith("tenancy"):
+            db = tmp / f"{name.replace('#', '-')}.db"
             shutil.copy(key_db, db)
             flags = f"--tenancy --db sqlite:///{db}"
         if name == "gw-trace0":
@@ -71,14 +79,20 @@ def targets(tmp: Path, base_tree: Path, key_db: Path) -> tuple[list[str], list[s
     return lines, names
 
 
+def anchor_row(name: str) -> str:
+    """The harness's targets.conf row of nginx or vllm-router (`nginx#2`: a second one) on a
+    free port (no fixed-port clash with anything else running on this machine)."""
+    if name.partition("#")[0] == "nginx":
+        return f"{name} | {free_port()} | bash targets/nginx.sh | nginx -v 2>&1"
+    return (f"{name} | {free_port()} | bash targets/vllm_router.sh | "
+            f"{VLLM_ROUTER} --version 2>&1 | head -1")  # fmt: skip
+
+
 def anchors_file(tmp: Path, harness: Path, with_router: bool) -> Path:
-    """The harness's direct/nginx(/vllm-router) targets on free ports (no fixed-port clash
-    with anything else running on this machine)."""
-    rows = ["direct | stub | - | node --version",
-            f"nginx | {free_port()} | bash targets/nginx.sh | nginx -v 2>&1"]  # fmt: skip
+    """The harness's direct/nginx(/vllm-router) targets."""
+    rows = ["direct | stub | - | node --version", anchor_row("nginx")]
     if with_router:
-        rows.append(f"vllm-router | {free_port()} | bash targets/vllm_router.sh | "
-                    f"{VLLM_ROUTER} --version 2>&1 | head -1")  # fmt: skip
+        rows.append(anchor_row("vllm-router"))
     path = tmp / "targets.conf"
     path.write_text("\n".join(rows) + "\n")
     return path
@@ -109,7 +123,8 @@ def render(table: dict[tuple[str, int, str], dict[str, float]]) -> str:
             d50 = row["p50_ms"] - direct["p50_ms"] if direct else float("nan")
             d99 = row["p99_ms"] - direct["p99_ms"] if direct else float("nan")
             out.append(f"{label:<17}{name:<17}{row['rps']:>9,.0f}{row['p50_ms']:>9.2f}"
-                       f"{row['p99_ms']:>9.2f}{d50:>+9.2f}{d99:>+9.2f}{row['errors']:>8.0f}")
+                       f"{row['p99_ms']:>9.2f}{d50:>+9.2f}{d99:>+9.2f}"
+                       f"{row['errors']:>8.0f}")  # fmt: skip
     out += ["", "ratios (RPS, same run):",
             f"{'scenario':<17}" + "".join(f"{h:>13}" for h in (
                 "gw/nginx", "gwT/nginx", "gw/router", "gwT/router", "gw/base", "gwT/baseT",
@@ -133,6 +148,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", default="", help="comma list of targets (default: all)")
     parser.add_argument("--verbose", action="store_true", help="show the harness's progress")
+    parser.add_argument("--paired", action="store_true", help="each gateway and a peer on one "
+                        "CPU at the same time (benchmarks/peers_paired.py)")  # fmt: skip
+    parser.add_argument("--nice", type=int, default=-10,
+                        help="--paired: autogroup nice of the stub, targets and load "
+                        "generators (0: as the rest of the box)")  # fmt: skip
     args = parser.parse_args()
     if not (args.harness / "run_all.sh").exists():
         sys.exit(f"no harness at {args.harness}; pass --harness DIR (shared/bench/gateway)")
@@ -145,9 +165,15 @@ def main() -> None:
               "install it with the harness's setup.sh", file=sys.stderr)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gw-peers-") as tmp_s:
         tmp = Path(tmp_s)
-        base_tree = export_ref(args.baseline_ref, tmp / "base")
         key_db = tmp / "key.db"
         key = asyncio.run(_create_key(f"sqlite:///{key_db}"))
+        if args.paired:
+            from peers_paired import run_paired  # it imports this module's launchers
+
+            run_paired(args.harness, tmp, key_db, key, with_router, args.rounds, args.duration,
+                       args.nice)  # fmt: skip
+            return
+        base_tree = export_ref(args.baseline_ref, tmp / "base")
         lines, names = targets(tmp, base_tree, key_db)
         only = ["direct", "nginx", *(["vllm-router"] if with_router else []), *names]
         if args.only:
