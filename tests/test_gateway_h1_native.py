@@ -15,7 +15,7 @@ from inferplane.gateway.h1 import protocol_for
 
 CHAT = (
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer k\r\n"
-    b"Content-Length: 15\r\n\r\n{\"model\":\"m\"}\r\n"
+    b'Content-Length: 13\r\n\r\n{"model":"m"}'
 )
 
 
