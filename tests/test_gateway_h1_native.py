@@ -25,34 +25,29 @@ class App:
     def __init__(self, native: bool) -> None:
         self.native = native
         self.seen: list[tuple[str, str, list[tuple[bytes, bytes]], bytes]] = []
-        self.ready: list[bytes | None] = []
 
     def native_entry(self) -> NativeEntry | None:
         return self._native if self.native else None
 
     async def _native(
-        self, path: str, headers: list[tuple[bytes, bytes]], ready: bytes | None,
-        receive: Receive, send: Send, conn: Any,
+        self, path: str, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send,
+        conn: Any,
     ) -> None:  # fmt: skip
-        self.ready.append(ready)
-        await self._answer("native", path, headers, receive, send, ready)
+        await self._answer("native", path, headers, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._answer("asgi", scope["path"], scope["headers"], receive, send)
 
     async def _answer(
         self, via: str, path: str, headers: list[tuple[bytes, bytes]], receive: Receive,
-        send: Send, ready: bytes | None = None,
+        send: Send,
     ) -> None:  # fmt: skip
-        body, more = ready or b"", ready is None
-        while more:
-            message = await receive()
-            body, more = body + message["body"], message["more_body"]
-        self.seen.append((via, path, list(headers), body))
+        message = await receive()
+        self.seen.append((via, path, list(headers), message["body"]))
         await respond(send, 200, b'{"ok":true}', b"rid-1", extra=[(b"x-a", b"1")])
 
 
-def _serve(app: App, data: bytes, paused: bool = False, later: bytes = b"") -> FakeTransport:
+def _serve(app: App, data: bytes, paused: bool = False) -> FakeTransport:
     async def run() -> FakeTransport:
         proto = protocol_for(Connections(), app, None)()
         transport = FakeTransport()
@@ -62,10 +57,6 @@ def _serve(app: App, data: bytes, paused: bool = False, later: bytes = b"") -> F
         proto.data_received(data)
         for _ in range(20):
             await asyncio.sleep(0)
-        if later:  # the rest of the body, in a read after the app started
-            proto.data_received(later)
-            for _ in range(20):
-                await asyncio.sleep(0)
         if paused:
             assert transport.out == b""  # respond waits for the drain, as send() does
             proto.resume_writing()
@@ -87,17 +78,6 @@ def test_a_proxied_post_takes_the_native_entry_with_the_same_bytes() -> None:
     assert [s[0] for s in native.seen] == ["native"]
     assert [s[0] for s in plain.seen] == ["asgi"]
     assert native.seen[0][1:] == plain.seen[0][1:]  # path, headers, body
-    assert native.ready == [b'{"model":"m"}']  # the body came with the head
-
-
-def test_a_body_still_arriving_or_owed_a_100_continue_is_received() -> None:
-    expect = CHAT.replace(b"Host: t\r\n", b"Host: t\r\nExpect: 100-continue\r\n")
-    for data, later in ((CHAT[:-4], CHAT[-4:]), (expect, b"")):
-        app = App(native=True)
-        out = _serve(app, data, later=later).out
-        assert app.ready == [None]
-        assert app.seen[0][3] == b'{"model":"m"}'
-        assert out.startswith(b"HTTP/1.1 100 Continue\r\n\r\n" if not later else b"HTTP/1.1 200")
 
 
 def test_other_requests_stay_on_asgi() -> None:

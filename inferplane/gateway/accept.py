@@ -79,26 +79,16 @@ class Acceptor:
         head.show_replica = show_replica
         return head
 
-    def ready(self, body: bytes, length: bytes | None) -> bytes:
-        """`body` if it passes the checks of `body()` (all of it came with the head)."""
-        self._declared(length)
-        if len(body) > self.max_body_bytes:
-            raise ClientError(413, self.too_large())
-        return body
-
-    def _declared(self, length: bytes | None) -> None:
+    async def body(self, receive: Receive, length: bytes | None) -> bytes:
+        """The whole body, refused with a 413 as soon as it is known to exceed the limit."""
+        limit = self.max_body_bytes
         if length is not None:
             try:
                 declared = int(length)
             except ValueError:
                 raise ClientError(400, "Content-Length is not a number") from None
-            if declared > self.max_body_bytes:
+            if declared > limit:
                 raise ClientError(413, self.too_large())
-
-    async def body(self, receive: Receive, length: bytes | None) -> bytes:
-        """The whole body, refused with a 413 as soon as it is known to exceed the limit."""
-        limit = self.max_body_bytes
-        self._declared(length)
         message = await receive()
         body: bytes = message.get("body", b"")
         if not message.get("more_body", False):

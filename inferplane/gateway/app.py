@@ -225,12 +225,11 @@ class GatewayApp:
         self, scope: Scope, receive: Receive, send: Send, path: str,
         trace: RequestTrace | None = None,
     ) -> Awaitable[None]:  # fmt: skip
-        headers = scope["headers"]
-        return self._serve(path, headers, None, receive, send, scope.get(CONNECTION), trace)
+        return self._serve(path, scope["headers"], receive, send, scope.get(CONNECTION), trace)
 
     async def _serve(
-        self, path: str, headers: list[tuple[bytes, bytes]], ready: bytes | None,
-        receive: Receive, send: Send, guarded: Any, trace: RequestTrace | None = None,
+        self, path: str, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send,
+        guarded: Any, trace: RequestTrace | None = None,
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -240,10 +239,7 @@ class GatewayApp:
         auth = head.auth
         priority = head.priority
         try:
-            if ready is not None:  # all of it came with the head: no receive() message
-                body = self.acceptor.ready(ready, head.length)
-            else:
-                body = await self.acceptor.body(receive, head.length)
+            body = await self.acceptor.body(receive, head.length)
             data = parse_body(body, path)
         except ClientError as exc:
             await respond(send, exc.status, error_body(exc.status, exc.message, exc.param), rid)

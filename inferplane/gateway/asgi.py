@@ -17,11 +17,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # The gateway's own protocol's entry for the proxied routes (`GatewayApp.native_entry`):
-# path, the parsed head's headers, the whole body when it is here already (else None:
-# receive it), receive, send, the connection (for `on_lost`).
-NativeEntry = Callable[
-    [str, list[tuple[bytes, bytes]], bytes | None, Receive, Send, Any], Awaitable[None]
-]
+# path, the parsed head's headers, receive, send, the connection (for `on_lost`).
+NativeEntry = Callable[[str, list[tuple[bytes, bytes]], Receive, Send, Any], Awaitable[None]]
 
 JSON = b"application/json"
 JSON_HEADER = (b"content-type", JSON)

@@ -273,8 +273,7 @@ class H1Protocol(Bounded, asyncio.Protocol):
     async def _run(self, req: Request) -> None:
         try:
             if req.path is not None and self.native is not None:
-                ready = req.take_body()
-                await self.native(req.path, req.headers, ready, req.receive, req, self)
+                await self.native(req.path, req.headers, req.receive, req, self)
             else:
                 await self.app(req.scope, req.receive, req)
         except BaseException as exc:

@@ -76,18 +76,6 @@ class Request(DirectSend):
             if not waiter.done():
                 waiter.set_result(None)
 
-    def take_body(self) -> bytes | None:
-        """What receive() would hand over at once (the whole body, here already, no
-        100-continue owed), taken without a message; None: call receive()."""
-        if self.more_body or self.expect_100 or self.body_done or self.disconnected:
-            return None
-        if self.complete:
-            return None
-        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-        self.body = []
-        self.body_done = True
-        return body
-
     async def receive(self) -> Message:
         conn = self.conn
         if self.expect_100:
