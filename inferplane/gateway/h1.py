@@ -66,6 +66,12 @@ class H1Protocol(Bounded, asyncio.Protocol):
         self.read_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._client: tuple[str, int] | None = None
+        # The native entry's requests run one after another on one task of the connection
+        # (`_serve_native`), not a task each: `queued` is the next, `idle` its wake-up.
+        self.runner: asyncio.Task[None] | None = None
+        self.queued: Request | None = None
+        self.idle: asyncio.Future[None] | None = None
+        self.lost = False
 
     # ---- the phase (for `Bounded`) -----------------------------------------------------
 
@@ -109,6 +115,8 @@ class H1Protocol(Bounded, asyncio.Protocol):
                 req.wake()
         self.pending.clear()
         self._wake_writer()
+        self.lost = True
+        self._wake_runner()
         self._gone()
 
     def data_received(self, data: bytes) -> None:
@@ -266,9 +274,45 @@ class H1Protocol(Bounded, asyncio.Protocol):
     def _start(self, req: Request) -> None:
         self.current = req
         self.idle_since = None
+        if req.path is not None:
+            self.queued = req
+            if self.runner is None:
+                self._spawn_runner()
+            else:
+                self._wake_runner()
+            return
         task = self.loop.create_task(self._run(req))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def _spawn_runner(self) -> None:
+        task = self.runner = self.loop.create_task(self._serve_native())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _wake_runner(self) -> None:
+        idle, self.idle = self.idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
+
+    async def _serve_native(self) -> None:
+        """The connection's native requests in turn, for as long as it lives (a keep-alive
+        client's next request wakes this task instead of costing a new one)."""
+        try:
+            while True:
+                req = self.queued
+                if req is None:
+                    if self.lost:
+                        return
+                    self.idle = self.loop.create_future()
+                    await self.idle
+                    continue
+                self.queued = None
+                await self._run(req)
+        finally:
+            self.runner = None
+            if self.queued is not None:
+                self._spawn_runner()  # (cancelled with one queued: it still gets served)
 
     async def _run(self, req: Request) -> None:
         try:
