@@ -25,6 +25,7 @@ class App:
     def __init__(self, native: bool) -> None:
         self.native = native
         self.seen: list[tuple[str, str, list[tuple[bytes, bytes]], bytes]] = []
+        self.tasks: list[asyncio.Task[Any] | None] = []
 
     def native_entry(self) -> NativeEntry | None:
         return self._native if self.native else None
@@ -33,6 +34,7 @@ class App:
         self, path: str, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send,
         conn: Any,
     ) -> None:  # fmt: skip
+        self.tasks.append(asyncio.current_task())
         await self._answer("native", path, headers, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -47,7 +49,7 @@ class App:
         await respond(send, 200, b'{"ok":true}', b"rid-1", extra=[(b"x-a", b"1")])
 
 
-def _serve(app: App, data: bytes, paused: bool = False) -> FakeTransport:
+def _serve(app: App, data: bytes, paused: bool = False, later: bytes = b"") -> FakeTransport:
     async def run() -> FakeTransport:
         proto = protocol_for(Connections(), app, None)()
         transport = FakeTransport()
@@ -57,6 +59,10 @@ def _serve(app: App, data: bytes, paused: bool = False) -> FakeTransport:
         proto.data_received(data)
         for _ in range(20):
             await asyncio.sleep(0)
+        if later:  # in a read after the first answers
+            proto.data_received(later)
+            for _ in range(20):
+                await asyncio.sleep(0)
         if paused:
             assert transport.out == b""  # respond waits for the drain, as send() does
             proto.resume_writing()
@@ -93,3 +99,32 @@ def test_other_requests_stay_on_asgi() -> None:
 def test_a_paused_transport_sends_the_whole_answer_after_the_drain() -> None:
     app = App(native=True)
     assert _serve(app, CHAT, paused=True).out == _serve(App(native=True), CHAT).out
+
+
+def test_a_connections_native_requests_share_its_one_task_and_keep_their_order() -> None:
+    app = App(native=True)
+    other = CHAT.replace(b"/v1/chat/completions", b"/v1/models")
+    # two in one read (pipelined), a non-native one between, then one more
+    out = _serve(app, CHAT + CHAT, later=other + CHAT).out
+    assert out.count(b"HTTP/1.1 200 OK") == 4
+    assert [s[0] for s in app.seen] == ["native", "native", "asgi", "native"]
+    assert len(app.tasks) == 3 and len(set(map(id, app.tasks))) == 1
+
+
+def test_the_connections_task_ends_with_the_connection() -> None:
+    async def run() -> tuple[int, int]:
+        app = App(native=True)
+        cls = protocol_for(Connections(), app, None)
+        proto = cls()
+        proto.connection_made(FakeTransport())
+        proto.data_received(CHAT)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        live = len(cls.tasks)  # idle between requests: still there for the next one
+        proto.connection_lost(None)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        proto.guard.close()
+        return live, len(cls.tasks)
+
+    assert asyncio.run(run()) == (1, 0)
