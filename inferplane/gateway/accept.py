@@ -11,7 +11,7 @@ import itertools
 import os
 
 from inferplane.gateway.admission import BATCH, INTERACTIVE
-from inferplane.gateway.asgi import Receive, Scope
+from inferplane.gateway.asgi import Receive
 from inferplane.gateway.errors import ClientError
 from inferplane.gateway.replica_header import TOKEN_HEADER, ReplicaHeader
 
@@ -54,14 +54,14 @@ class Acceptor:
         self.max_body_bytes = max_body_bytes
         self.ids = RequestIds()
 
-    def head(self, scope: Scope, traced: bool) -> Head:
+    def head(self, headers: list[tuple[bytes, bytes]], traced: bool) -> Head:
         """One pass over the headers; `traced`: the gateway's tracing makes the context."""
         head = Head()
         rid: bytes | None = None
         priority_header = self.priority_header
         show_replica = self.replica_header.always
         trace_headers = b""
-        for name, value in scope["headers"]:
+        for name, value in headers:
             if name == b"content-length":
                 head.length = value
             elif name == b"x-request-id":

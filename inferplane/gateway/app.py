@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -31,7 +31,7 @@ from inferplane.gateway.accesslog import AccessLog
 from inferplane.gateway.account import Accounting, tenancy_done
 from inferplane.gateway.admission import BATCH
 from inferplane.gateway.admit import admit, reservation
-from inferplane.gateway.asgi import Receive, Scope, Send, header, respond
+from inferplane.gateway.asgi import NativeEntry, Receive, Scope, Send, find_header, respond
 from inferplane.gateway.backend import Backend
 from inferplane.gateway.config import GatewayConfig
 from inferplane.gateway.connections import CONNECTION, Connections, ConnectionsCollector
@@ -43,7 +43,7 @@ from inferplane.gateway.metrics import GatewayMetrics
 from inferplane.gateway.monitor import Monitor
 from inferplane.gateway.names import UNKNOWN_MODEL
 from inferplane.gateway.pool import Pool
-from inferplane.gateway.record import Record, usage_from
+from inferplane.gateway.record import Record, usage_from, watch_disconnect
 from inferplane.gateway.replica_header import ReplicaHeader
 from inferplane.gateway.request import estimate_prompt_tokens, parse_body, prefix_key
 from inferplane.gateway.responses_guard import guard_responses_body, stores_response
@@ -68,17 +68,6 @@ if TYPE_CHECKING:
 __all__ = ["MODEL_PATHS", "GatewayApp", "build_app", "usage_from"]
 
 _GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
-
-
-async def _watch_disconnect(receive: Receive, rec: Record) -> None:
-    # After the request body, receive() only returns when the client goes away (or, with
-    # uvicorn, once the response is complete; `finished` tells the two apart). Only for
-    # servers other than the gateway's own (its protocol calls `on_lost`: no task).
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            rec.client_gone()
-            return
 
 
 class GatewayApp:
@@ -111,9 +100,7 @@ class GatewayApp:
         self.forwarder = Forwarder(self._upstream, self.health, self.metrics, self.adapters)
         self.accounting = Accounting(self.metrics, self.access_log)
         self.replica_header = ReplicaHeader(config.expose_replica_header)
-        self.acceptor = Acceptor(
-            config.priority_header, self.replica_header, config.max_body_bytes
-        )
+        self.acceptor = Acceptor(config.priority_header, self.replica_header, config.max_body_bytes)
         # OpenTelemetry spans (gateway.tracing or OTEL_* variables); None: no span objects.
         self.tracing: Tracing | None = tracing_for(config.tracing)
         self.models_created = int(time.time())
@@ -206,6 +193,11 @@ class GatewayApp:
         elif kind == "websocket":
             await endpoints.refuse_websocket(scope, receive, send)
 
+    def native_entry(self) -> NativeEntry | None:
+        """The proxy for the gateway's own protocol (`h1.py`), scope-free; None with
+        tracing, whose spans read the scope. Its server ran the lifespan: started."""
+        return self._serve if self.tracing is None else None
+
     # ---- hooks for the runtime, the monitor and the console ----------------------------
 
     def _live_series(self) -> Iterator[tuple[str, str, int, int]]:
@@ -229,14 +221,20 @@ class GatewayApp:
 
     # ---- the proxy path: accept -> admit -> route -> forward/relay -> account ----------
 
-    async def _proxy(
+    def _proxy(
         self, scope: Scope, receive: Receive, send: Send, path: str,
         trace: RequestTrace | None = None,
+    ) -> Awaitable[None]:  # fmt: skip
+        return self._serve(path, scope["headers"], receive, send, scope.get(CONNECTION), trace)
+
+    async def _serve(
+        self, path: str, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send,
+        guarded: Any, trace: RequestTrace | None = None,
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         # accept
-        head = self.acceptor.head(scope, trace is not None)
+        head = self.acceptor.head(headers, trace is not None)
         rid = head.rid
         auth = head.auth
         priority = head.priority
@@ -299,7 +297,7 @@ class GatewayApp:
             return
         ctx = RouteContext(
             prefix_key(data, route.prefix_chars) if pool.uses_prefix else None,
-            header(scope, pool.session_header) if pool.uses_session else None,
+            find_header(headers, pool.session_header) if pool.uses_session else None,
             t0,
         )
         if adapter is not None:  # prefer the replicas holding it (gateway/lora.py)
@@ -332,16 +330,15 @@ class GatewayApp:
                 await respond(send, 404, response_not_found(str(previous)), rid)
                 return
             others = found
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         assert task is not None
         rec.task = task
-        guarded = scope.get(CONNECTION)
         watcher: asyncio.Task[None] | None = None
         on_lost = rec.client_gone
         if guarded is not None:
             guarded.on_lost = on_lost
         else:
-            watcher = loop.create_task(_watch_disconnect(receive, rec))
+            watcher = loop.create_task(watch_disconnect(receive, rec))
         try:
             # A continuation goes to the replica holding its previous response when that
             # one has a free slot; otherwise it is balanced as usual (and that replica
@@ -385,9 +382,7 @@ class GatewayApp:
                 watcher.cancel()
             if rec.backend is not None:
                 pool.release(rec.backend)
-            if not rec.usage_known and (
-                rec.started or (rec.sent and rec.status in (499, 504))
-            ):
+            if not rec.usage_known and (rec.started or (rec.sent and rec.status in (499, 504))):
                 # Cut short (client gone, engine died, timed out) before the engine's usage
                 # arrived: bill what it consumed, the prompt (estimated) and every token
                 # event streamed, so an aborted request never comes for free.

@@ -7,7 +7,7 @@ of a few hundred microseconds per request).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
 Scope = MutableMapping[str, Any]
@@ -16,16 +16,36 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+# The gateway's own protocol's entry for the proxied routes (`GatewayApp.native_entry`):
+# path, the parsed head's headers, receive, send, the connection (for `on_lost`).
+NativeEntry = Callable[[str, list[tuple[bytes, bytes]], Receive, Send, Any], Awaitable[None]]
+
 JSON = b"application/json"
 JSON_HEADER = (b"content-type", JSON)
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
     """The first value of header `name` (lower-case bytes), or None."""
-    for key, value in scope["headers"]:
+    return find_header(scope["headers"], name)
+
+
+def find_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """`header` on a head's header pairs."""
+    for key, value in headers:
         if key == name:
             return bytes(value)
     return None
+
+
+class DirectSend:
+    """A send that can also take a whole answer in one call (`h1cycle.Request`): `respond`
+    then builds no messages and awaits nothing."""
+
+    __slots__ = ()
+
+    def whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Answer at once; False: not now, send the two messages instead."""
+        return False
 
 
 async def respond(
@@ -42,5 +62,7 @@ async def respond(
         headers.append((b"x-request-id", rid))
     if extra:
         headers.extend(extra)
+    if isinstance(send, DirectSend) and send.whole(status, headers, body):
+        return
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -24,15 +24,17 @@ from urllib.parse import unquote
 
 import httptools
 
-from inferplane.gateway.asgi import ASGIApp
+from inferplane.gateway.asgi import ASGIApp, NativeEntry
 from inferplane.gateway.bounds import Bounded, HeadTooLarge
 from inferplane.gateway.connections import CONNECTION, Connections
 from inferplane.gateway.h1cycle import Request
+from inferplane.gateway.routes import MODEL_PATHS
 
 _log = logging.getLogger("inferplane.gateway")
 
 BODY_HIGH_WATER = 64 * 1024  # buffered, unread request body above which reading pauses
 _METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS")}
+_NATIVE_PATHS = {p.encode(): p for p in MODEL_PATHS}  # POSTed: the app's native entry
 _ERROR_500 = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
@@ -40,11 +42,12 @@ _ERROR_500 = (
 
 
 class H1Protocol(Bounded, asyncio.Protocol):
-    """One client connection. `guard`, `app` and `base` are set per server by
+    """One client connection. `guard`, `app`, `native` and `base` are set per server by
     `protocol_for` (`base`: the scope's parts shared by every request)."""
 
     guard: Connections
     app: ASGIApp
+    native: NativeEntry | None  # the proxied routes without a scope (the app's own entry)
     base: dict[str, Any]
     tasks: set[asyncio.Task[None]]  # the requests' tasks, held until done (and shutdown)
 
@@ -63,6 +66,12 @@ class H1Protocol(Bounded, asyncio.Protocol):
         self.read_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._client: tuple[str, int] | None = None
+        # The native entry's requests run one after another on one task of the connection
+        # (`_serve_native`), not a task each: `queued` is the next, `idle` its wake-up.
+        self.runner: asyncio.Task[None] | None = None
+        self.queued: Request | None = None
+        self.idle: asyncio.Future[None] | None = None
+        self.lost = False
 
     # ---- the phase (for `Bounded`) -----------------------------------------------------
 
@@ -106,6 +115,8 @@ class H1Protocol(Bounded, asyncio.Protocol):
                 req.wake()
         self.pending.clear()
         self._wake_writer()
+        self.lost = True
+        self._wake_runner()
         self._gone()
 
     def data_received(self, data: bytes) -> None:
@@ -196,6 +207,29 @@ class H1Protocol(Bounded, asyncio.Protocol):
         version = parser.get_http_version()
         method = parser.get_method()
         url = self.url
+        keep_alive = version != "1.0" and parser.should_keep_alive()
+        if parser.should_upgrade():
+            keep_alive = False
+        path = _NATIVE_PATHS.get(url) if self.native is not None and method == b"POST" else None
+        if path is not None:  # no scope: the head goes to the native entry as it is
+            req = Request(self, {}, keep_alive, version == "1.0", False)
+            req.path = path
+            req.headers = self.headers
+        else:
+            req = Request(self, self._scope(method, version, url), keep_alive,
+                          version == "1.0", method == b"HEAD")  # fmt: skip
+        for name, value in self.headers:
+            if name == b"expect" and value.lower() == b"100-continue":
+                req.expect_100 = True
+        self.parsing = req
+        self.body_at = self.body_since = self.guard.now
+        if self.current is None:
+            self._start(req)
+        else:
+            self.pending.append(req)  # pipelined: answered after the one in progress
+            self.pause_reading()
+
+    def _scope(self, method: bytes, version: str, url: bytes) -> dict[str, Any]:
         scope = self.base.copy()
         scope["client"] = self._client
         scope["method"] = _METHODS.get(method) or method.decode("ascii")
@@ -213,20 +247,7 @@ class H1Protocol(Bounded, asyncio.Protocol):
             scope["query_string"] = b""
         scope["headers"] = self.headers
         scope[CONNECTION] = self
-        keep_alive = version != "1.0" and parser.should_keep_alive()
-        if parser.should_upgrade():
-            keep_alive = False
-        req = Request(self, scope, keep_alive)
-        for name, value in self.headers:
-            if name == b"expect" and value.lower() == b"100-continue":
-                req.expect_100 = True
-        self.parsing = req
-        self.body_at = self.body_since = self.guard.now
-        if self.current is None:
-            self._start(req)
-        else:
-            self.pending.append(req)  # pipelined: answered after the one in progress
-            self.pause_reading()
+        return scope
 
     def _head_size(self) -> int:
         return len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
@@ -253,13 +274,52 @@ class H1Protocol(Bounded, asyncio.Protocol):
     def _start(self, req: Request) -> None:
         self.current = req
         self.idle_since = None
+        if req.path is not None:
+            self.queued = req
+            if self.runner is None:
+                self._spawn_runner()
+            else:
+                self._wake_runner()
+            return
         task = self.loop.create_task(self._run(req))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def _spawn_runner(self) -> None:
+        task = self.runner = self.loop.create_task(self._serve_native())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _wake_runner(self) -> None:
+        idle, self.idle = self.idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
+
+    async def _serve_native(self) -> None:
+        """The connection's native requests in turn, for as long as it lives (a keep-alive
+        client's next request wakes this task instead of costing a new one)."""
+        try:
+            while True:
+                req = self.queued
+                if req is None:
+                    if self.lost:
+                        return
+                    self.idle = self.loop.create_future()
+                    await self.idle
+                    continue
+                self.queued = None
+                await self._run(req)
+        finally:
+            self.runner = None
+            if self.queued is not None:
+                self._spawn_runner()  # (cancelled with one queued: it still gets served)
+
     async def _run(self, req: Request) -> None:
         try:
-            await self.app(req.scope, req.receive, req.send)
+            if req.path is not None and self.native is not None:
+                await self.native(req.path, req.headers, req.receive, req, self)
+            else:
+                await self.app(req.scope, req.receive, req)
         except BaseException as exc:
             _log.error("exception in the gateway's ASGI app", exc_info=exc)
             if not req.started and not req.disconnected:
@@ -285,6 +345,7 @@ class H1Protocol(Bounded, asyncio.Protocol):
         if self.current is req:
             self.current = None
         req.scope = {}  # (the connection outlives the request: drop its references)
+        req.headers = []
         if not req.keep_alive:
             self.transport.close()
             return
@@ -313,6 +374,10 @@ def protocol_for(
         "root_path": root_path,
     }
     tasks: set[asyncio.Task[None]] = set()
-    # (staticmethod: a plain function as the app must not become a bound method)
-    attrs = {"guard": connections, "app": staticmethod(app), "base": base, "tasks": tasks}
+    # Only the gateway's own app has one (a wrapper around it must see every request).
+    entry = getattr(app, "native_entry", None)
+    native = entry() if callable(entry) else None
+    # (staticmethod: plain functions must not become bound methods)
+    attrs = {"guard": connections, "app": staticmethod(app), "base": base, "tasks": tasks,
+             "native": staticmethod(native) if native is not None else None}  # fmt: skip
     return type("GatewayH1Protocol", (H1Protocol,), attrs)

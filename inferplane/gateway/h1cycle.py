@@ -15,7 +15,7 @@ import asyncio
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from inferplane.gateway.asgi import Message
+from inferplane.gateway.asgi import DirectSend, Message
 
 if TYPE_CHECKING:
     from inferplane.gateway.h1 import H1Protocol
@@ -33,16 +33,26 @@ def _status_line(status: int) -> bytes:
     return line if line is not None else b"HTTP/1.1 %d \r\n" % status
 
 
-class Request:
-    """One request's receive/send, on the connection that carries it."""
+class Request(DirectSend):
+    """One request's receive/send, on the connection that carries it; the object itself is
+    its ASGI send (`__call__`), and `whole` answers without the two messages.
+    `path` is set for a request served by the app's native entry (no scope: `scope` is
+    then empty and `headers` holds the parsed head)."""
 
     __slots__ = ("body", "body_done", "chunked", "complete", "conn", "cork", "disconnected",
-                 "expect_100", "held", "held_bytes", "keep_alive", "length", "more_body",
-                 "no_body", "scope", "started", "waiter")  # fmt: skip
+                 "expect_100", "headers", "held", "held_bytes", "http10", "keep_alive",
+                 "length", "more_body", "no_body", "path", "scope", "started",
+                 "waiter")  # fmt: skip
 
-    def __init__(self, conn: H1Protocol, scope: dict[str, Any], keep_alive: bool) -> None:
+    def __init__(
+        self, conn: H1Protocol, scope: dict[str, Any], keep_alive: bool, http10: bool,
+        head: bool,
+    ) -> None:  # fmt: skip
         self.conn = conn
         self.scope = scope
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.path: str | None = None
+        self.http10 = http10
         self.keep_alive = keep_alive
         self.expect_100 = False
         self.body: list[bytes] = []
@@ -57,7 +67,7 @@ class Request:
         self.cork: asyncio.Handle | None = None  # the end of the step: `uncork`
         self.length = -1  # Content-Length bytes still to send; -1: none given
         self.chunked = False
-        self.no_body = scope["method"] == "HEAD"
+        self.no_body = head
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -103,8 +113,21 @@ class Request:
             raise RuntimeError(f"unexpected {message['type']!r} after the response completed")
         if message["type"] != "http.response.body":
             raise RuntimeError(f"expected http.response.body, got {message['type']!r}")
-        body: bytes = message.get("body", b"")
-        more: bool = message.get("more_body", False)
+        self._body(message.get("body", b""), message.get("more_body", False))
+
+    __call__ = send
+
+    def whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Both messages of a whole answer at once, when send() would not wait (the
+        transport not paused): False leaves the answer to send()."""
+        if self.started or self.conn.write_paused or self.disconnected:
+            return False
+        self._start(status, headers)
+        self._body(body, False)
+        return True
+
+    def _body(self, body: bytes, more: bool) -> None:
+        conn = self.conn
         if self.no_body:
             body = b""
         elif self.chunked:
@@ -174,7 +197,7 @@ class Request:
         if status in _NO_BODY:
             self.no_body = True
         elif self.length < 0 and not self.chunked and not self.no_body:
-            if self.scope["http_version"] == "1.0":
+            if self.http10:
                 self.keep_alive = False  # the body ends where the connection does
             else:
                 self.chunked = True

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from inferplane.gateway.asgi import Receive
     from inferplane.gateway.backend import Backend
     from inferplane.gateway.tracing import RequestTrace
     from inferplane.tenancy.streams import UsageStripper
@@ -96,3 +97,14 @@ class Record:
         if not self.finished and self.task is not None:
             self.disconnected = True
             self.task.cancel()
+
+
+async def watch_disconnect(receive: Receive, rec: Record) -> None:
+    """After the request body, receive() only returns when the client goes away (or, with
+    uvicorn, once the response is complete; `finished` tells the two apart). Only for
+    servers other than the gateway's own (its protocol calls `on_lost`: no task)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            rec.client_gone()
+            return
