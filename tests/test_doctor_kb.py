@@ -43,7 +43,7 @@ EARLIER_HELD_OUT = ("heldout", "heldout-2", "heldout-3", "heldout-4", "heldout-5
                     "heldout-12", "heldout-13", "heldout-14", "heldout-15",
                     "heldout-16", "heldout-17", "heldout-18", "heldout-19",
                     "heldout-20", "heldout-21", "heldout-22", "heldout-23",
-                    "heldout-24")
+                    "heldout-24", "heldout-25")
 
 
 def test_every_fixture_records_its_source() -> None:

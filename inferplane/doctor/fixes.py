@@ -487,11 +487,62 @@ def sampler_seqs(ctx: FixContext, got: Values) -> Values:
     return out
 
 
+def _cap(digits: str) -> str:
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
 def fp8_caps(ctx: FixContext, got: Values) -> Values:
-    cur = got.get("cur_cap")
-    if cur and len(cur) >= 2:
-        return {"cap_text": f"; this GPU is {cur[:-1]}.{cur[-1]}"}
-    return {"cap_text": ""}
+    cur, low, method = got.get("cur_cap"), got.get("min_cap"), got.get("method")
+    if not (cur and len(cur) >= 2):
+        return {"cap_text": ""}
+    text = f"; this GPU is {_cap(cur)}"
+    if method and method.lower() != "fp8" and low and len(low) >= 2:
+        # another FP8/FP4 format (mxfp4, nvfp4) with its own, often higher, minimum
+        text += f", and this vLLM needs {_cap(low)} for {method}"
+    return {"cap_text": text}
+
+
+def cpu_kv(ctx: FixContext, got: Values) -> Values:
+    """The host-RAM KV cache that did not fit: the CPU backend's whole cache, or V0's swap
+    space (the CPU blocks for preempted requests), whichever the log names."""
+    kv, total = got.get("kv_gib"), got.get("total_gib")
+    if got.get("swap_space"):
+        sizes = (
+            f"{kv} GiB of the host's {total} GiB was asked"
+            if kv and total
+            else "the log does not give the sizes"
+        )
+        return {
+            "kv_cause": (
+                "vLLM V0 pins --swap-space GiB of host RAM per GPU (4 by default) as "
+                "CPU KV cache blocks for swapped-out requests at start-up: it refuses "
+                "more than 70% of the host's total memory, and crashes when less is "
+                f"free; {sizes}."
+            ),
+            "kv_fix": (
+                "Lower --swap-space (swap_space= in the Python API or a wrapper's engine "
+                "config; 0 turns it off, and V1 engines have none) below what the host "
+                "has free, or give the host (container) more RAM"
+            ),
+        }
+    node, free = got.get("node"), got.get("free_gib")
+    sizes = (
+        f"{kv} GiB was asked (--kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE) and NUMA "
+        f"node {node} had {free} of {total} GiB free"
+        if kv and node and free and total
+        else "more was asked (--kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE) than the "
+        "host had free; the log does not give the sizes"
+    )
+    return {
+        "kv_cause": (
+            f"vLLM's CPU worker allocates the whole KV cache in host RAM at start-up; {sizes}."
+        ),
+        "kv_fix": (
+            f"Ask for less than {f'{free} GiB' if free else 'the free memory'} minus "
+            "what the other engines on the host still need (--kv-cache-memory-bytes 1G "
+            "is plenty for small models), or stop what holds the memory"
+        ),
+    }
 
 
 def ray_node(ctx: FixContext, got: Values) -> Values:
@@ -534,7 +585,7 @@ def arch_text(ctx: FixContext, got: Values) -> Values:
 COMPUTE.update({
     "arch_text": arch_text,
     "oom_startup": oom_startup, "sampler_seqs": sampler_seqs, "bf16_gpu": bf16_gpu,
-    "fp8_caps": fp8_caps,
+    "fp8_caps": fp8_caps, "cpu_kv": cpu_kv,
     "ray_node": ray_node, "disk_path": disk_path, "library_text": library_text,
     "derived_len": derived_len,
 })
